@@ -1,0 +1,107 @@
+"""`lower()`: the whole pass pipeline, as one ordered list.
+
+Each line is one pass and says why it runs where it does. `TILELANG_DUMP_IR=<folder>` (or the pass
+config `tl.dump_ir`) writes the IR after every pass, numbered in pipeline order.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+
+import tvm
+from tvm import s_tir, tirx
+
+_build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
+
+from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
+from tilelang.transform.infer_layout import infer_layout
+from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
+from tilelang.transform.lower_parallel_loops import lower_parallel_loops
+
+
+def _tile_passes():
+    """Our passes, on PrimFuncs that still have tile ops, parallel loops and fragments."""
+    return [
+        # copy/fill become T.Parallel loops, so layout inference sees one kind of element-wise work.
+        ("expand_elementwise_ops", expand_elementwise_ops),
+        # Global accesses past the tensor's edge get guards while indices are still logical,
+        # so the vector plan below can check that each guard is uniform per vector.
+        ("legalize_safe_memory_access", legalize_safe_memory_access),
+        # Loop and fragment layouts: which thread runs which iteration, vector width per loop.
+        ("infer_layout", infer_layout),
+        # Each parallel loop becomes the per-thread loop; fragments become register arrays.
+        ("lower_parallel_loops", lower_parallel_loops),
+    ]
+
+
+def _tvm_passes(config: dict):
+    """TVM's lowering passes, once the IR is plain per-thread TIR."""
+    return [
+        ("stmt_simplify", tirx.transform.StmtSimplify()),
+        # Buffers become flat pointers; the vectorized loops then become 128-bit accesses.
+        ("flatten_buffer", tirx.transform.FlattenBuffer()),
+        ("narrow_data_type", tirx.transform.NarrowDataType(32)),
+        ("vectorize_loop", tirx.transform.VectorizeLoop(not config.get("tirx.disable_vectorize", False))),
+        ("storage_rewrite", tirx.transform.StorageRewrite()),
+        ("unroll_loop", tirx.transform.UnrollLoop()),
+        ("stmt_simplify_2", tirx.transform.StmtSimplify()),
+        ("remove_no_op", tirx.transform.RemoveNoOp()),
+        ("verify_memory", tirx.transform.VerifyMemory()),
+        ("annotate_entry_func", tirx.transform.AnnotateEntryFunc()),
+        # Barriers go in once all shared-memory accesses are explicit loads and stores.
+        ("thread_sync_shared", s_tir.transform.ThreadSync("shared")),
+        ("thread_sync_shared_dyn", s_tir.transform.ThreadSync("shared.dyn")),
+        # One dynamic shared-memory block per kernel; the launcher raises the limit past 48 KB.
+        ("merge_shared_memory", s_tir.transform.MergeSharedMemoryAllocations()),
+        # Each T.Kernel becomes a __global__ function; the host function launches them in order.
+        ("split_host_device", tirx.transform.SplitHostDevice()),
+        # The host entry checks every tensor argument (dtype, shape, strides, device).
+        ("make_packed_api", tirx.transform.MakePackedAPI()),
+        ("fp8_storage_legalize", tirx.transform.FP8StorageLegalize()),
+        ("bf16_storage_legalize", tirx.transform.BF16StorageLegalize()),
+    ]
+
+
+def _apply_to_funcs(fn):
+    @tvm.tirx.transform.prim_func_pass(opt_level=0, name=fn.__name__)
+    def _pass(func, _mod, _ctx):
+        return fn(func)
+
+    return _pass
+
+
+@dataclass
+class Lowered:
+    """The result of lowering: the host and device IR modules, ready for codegen."""
+
+    host_mod: tvm.IRModule
+    device_mod: tvm.IRModule
+    target: object
+
+
+def lower(func: tirx.PrimFunc, target, config: dict | None = None, name: str = "main") -> Lowered:
+    """Run the pipeline on one kernel function for `target` (a tvm Target with host cuda_host)."""
+    config = dict(config or {})
+    dump_dir = config.get("tl.dump_ir") or os.environ.get("TILELANG_DUMP_IR")
+    mod = tvm.IRModule({name: func.with_attr("global_symbol", name)})
+    mod = tirx.transform.BindTarget(target)(mod)
+    steps = [(n, _apply_to_funcs(f)) for n, f in _tile_passes()] + _tvm_passes(config)
+    tvm_config = {k: v for k, v in config.items() if k.startswith("tirx.")}
+    with tvm.transform.PassContext(opt_level=3, config=tvm_config):
+        for k, (pass_name, p) in enumerate(steps):
+            mod = p(mod)
+            if dump_dir:
+                _dump(dump_dir, k, pass_name, mod)
+        host_mod, device_mods = _build_utils.split_host_device_mods(mod)
+        host_mod = tvm.s_tir.pipeline.finalize_host_passes()(host_mod)
+        ((_, device_mod),) = device_mods.items()
+        device_mod = tvm.s_tir.pipeline.finalize_device_passes()(device_mod)
+    return Lowered(host_mod, device_mod, target)
+
+
+def _dump(folder: str, index: int, name: str, mod) -> None:
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{index:02d}_{name}.py"), "w") as f:
+        f.write(mod.script())

@@ -1,0 +1,64 @@
+"""Where tilelang finds things: its device templates, CuTe headers, nvcc, and its cache folder.
+
+Each can be overridden by an environment variable:
+  TL_TEMPLATE_PATH   folder holding `tl_templates/` (default: the package's `src/`)
+  TL_CUTLASS_PATH    CUTLASS/CuTe include folder (default: the `nvidia-cutlass` wheel if installed,
+                     else the copy bundled with apache-tvm under tvm/3rdparty/cutlass/include)
+  CUDA_HOME          CUDA toolkit (default: the folder of `nvcc` on the PATH)
+  TILELANG_CACHE_DIR compiled kernels (default: ~/.tilelang/cache)
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+@functools.cache
+def template_path() -> str:
+    override = os.environ.get("TL_TEMPLATE_PATH")
+    if override:
+        return override
+    for candidate in (os.path.join(PACKAGE_DIR, "src"), os.path.join(os.path.dirname(PACKAGE_DIR), "src")):
+        if os.path.isdir(os.path.join(candidate, "tl_templates")):
+            return candidate
+    raise RuntimeError("tilelang: device templates (tl_templates/) not found; set TL_TEMPLATE_PATH")
+
+
+@functools.cache
+def cutlass_include() -> str:
+    override = os.environ.get("TL_CUTLASS_PATH")
+    if override:
+        return override
+    try:
+        import cutlass_library  # the nvidia-cutlass wheel: complete headers
+
+        path = os.path.join(os.path.dirname(cutlass_library.__file__), "source", "include")
+        if os.path.isdir(path):
+            return path
+    except ImportError:
+        pass
+    import tvm
+
+    return os.path.join(os.path.dirname(tvm.__file__), "3rdparty", "cutlass", "include")
+
+
+@functools.cache
+def nvcc_path() -> str:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
+        return os.path.join(home, "bin", "nvcc")
+    found = shutil.which("nvcc")
+    if not found:
+        for guess in ("/usr/local/cuda/bin/nvcc",):
+            if os.path.exists(guess):
+                return guess
+        raise RuntimeError("tilelang: nvcc not found; put it on the PATH or set CUDA_HOME")
+    return found
+
+
+def cache_dir() -> str:
+    return os.environ.get("TILELANG_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".tilelang", "cache")

@@ -1,0 +1,116 @@
+"""`JITKernel`: a compiled kernel, callable with torch tensors.
+
+Compiling runs the pass pipeline, generates the CUDA source and builds it with nvcc; calling
+allocates the outputs named by `out_idx` and launches on torch's current stream.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tilelang.jit.params import diagnose, params_of
+
+logger = logging.getLogger("tilelang")
+
+
+def normalize_out_idx(out_idx, n_params: int) -> list[int]:
+    if out_idx is None:
+        return []
+    idx = [out_idx] if isinstance(out_idx, int) else list(out_idx)
+    out = []
+    for i in idx:
+        if not -n_params <= i < n_params:
+            raise ValueError(f"out_idx {i} is out of range for a kernel with {n_params} parameters")
+        out.append(i % n_params)
+    return sorted(set(out))
+
+
+class JITKernel:
+    """A kernel compiled for one target; call it with torch tensors.
+
+    `kernel(*inputs)` takes the parameters not in `out_idx`, allocates the others, launches, and
+    returns the allocated outputs (one tensor, or a list when there are several).
+    """
+
+    def __init__(self, func, out_idx=None, target=None, pass_configs=None, name: str = "main"):
+        from tilelang.codegen import cuda
+        from tilelang.engine.pipeline import lower
+        from tilelang.utils.target import determine_target
+
+        self.prim_func = func
+        self.target = determine_target(target)
+        self.pass_configs = dict(pass_configs or {})
+        self.name = name
+        self.params = params_of(func)
+        self.out_idx = normalize_out_idx(out_idx, len(self.params))
+        self._in_idx = [k for k in range(len(self.params)) if k not in self.out_idx]
+        lowered = lower(func, self.target, self.pass_configs, name=name)
+        self.kernel_source = cuda.device_source(lowered)
+        self.source = cuda.full_source(lowered)
+        self._lib_path = None
+        self._func = None
+
+    # Building the library is separate so tests can inspect sources without nvcc.
+    def _ensure_built(self):
+        if self._func is None:
+            import tvm_ffi
+
+            from tilelang.codegen import cuda
+
+            fast_math = bool(self.pass_configs.get("tl.enable_fast_math", False))
+            self._lib_path = cuda.build_library(self.source, self.target, fast_math=fast_math)
+            self._module = tvm_ffi.load_module(self._lib_path)
+            self._func = self._module[self.name]
+        return self._func
+
+    def get_kernel_source(self) -> str:
+        """The CUDA source of the device kernels."""
+        return self.kernel_source
+
+    def get_host_source(self) -> str:
+        """The whole translation unit: kernels and host launcher."""
+        return self.source
+
+    def __call__(self, *args):
+        import torch
+
+        fn = self._ensure_built()
+        if not self.out_idx:
+            self._launch(fn, args)
+            return None
+        if len(args) != len(self._in_idx):
+            names = ", ".join(self.params[k].name for k in self._in_idx)
+            raise ValueError(f"{self.name} takes {len(self._in_idx)} input tensors ({names}); "
+                             f"outputs {[self.params[k].name for k in self.out_idx]} are allocated, got {len(args)}")
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        if device is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        full, it = [], iter(args)
+        outs = []
+        for k, p in enumerate(self.params):
+            if k in self.out_idx:
+                t = torch.empty(p.shape, dtype=_torch_dtype(p.dtype), device=device)
+                outs.append(t)
+                full.append(t)
+            else:
+                full.append(next(it))
+        self._launch(fn, full)
+        return outs[0] if len(outs) == 1 else outs
+
+    def _launch(self, fn, args):
+        try:
+            fn(*args)
+        except (ValueError, TypeError):
+            diagnose(self.params, args, self.name)  # raises a clearer error when it can
+            raise
+
+
+_TORCH_DTYPES = {}
+
+
+def _torch_dtype(name: str):
+    if name not in _TORCH_DTYPES:
+        from tilelang.language.dtypes import to_torch
+
+        _TORCH_DTYPES[name] = to_torch(name)
+    return _TORCH_DTYPES[name]

@@ -1,0 +1,87 @@
+"""The T.* language: `import tilelang.language as T`.
+
+Kernels are Python functions decorated with `@T.prim_func`, traced by TVM's TVMScript parser into TIR
+with calls to tile ops (`tl.copy`, `tl.fill`, ...). The names here match the public TileLang API so
+its kernels run unchanged.
+"""
+
+# Scalar math and expression helpers, as TVM's script namespace provides them.
+from tvm.script.tirx import (  # noqa: F401
+    Cast,
+    Select,
+    abs,
+    address_of,
+    call_extern,
+    call_intrin,
+    cast,
+    ceil,
+    ceildiv,
+    cos,
+    erf,
+    evaluate,
+    exp,
+    exp2,
+    exp10,
+    floor,
+    floordiv,
+    floormod,
+    fmod,
+    if_then_else,
+    infinity,
+    isfinite,
+    isinf,
+    isnan,
+    likely,
+    log,
+    log2,
+    log10,
+    max,
+    max_value,
+    min,
+    min_value,
+    nearbyint,
+    pow,
+    reinterpret,
+    round,
+    rsqrt,
+    sigmoid,
+    sin,
+    sqrt,
+    tan,
+    tanh,
+    truncdiv,
+    truncmod,
+)
+
+from tilelang.language.allocate import Buffer, Tensor, alloc_fragment, alloc_local, alloc_shared, alloc_var  # noqa: F401
+from tilelang.language.dtypes import (  # noqa: F401
+    bfloat16,
+    boolean,
+    float8_e4m3fn,
+    float8_e5m2,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from tilelang.language.kernel import (  # noqa: F401
+    Kernel,
+    get_block_binding,
+    get_block_bindings,
+    get_thread_binding,
+    get_thread_bindings,
+    get_thread_extent,
+)
+from tilelang.language.loops import Parallel, Pipelined, Serial, Unroll, Vectorized, serial, unroll, vectorized  # noqa: F401
+from tilelang.language.prim_func import prim_func  # noqa: F401
+from tilelang.op.copy import copy  # noqa: F401
+from tilelang.op.fill import clear, fill  # noqa: F401
+
+bool = boolean  # noqa: A001  (T.bool, as TileLang spells it)

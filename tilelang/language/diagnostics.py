@@ -1,0 +1,40 @@
+"""Errors a user sees: what is wrong in the kernel's terms, and the kernel source line it comes from.
+
+`UserError` is a mistake in the user's kernel or call. Raised while the kernel is traced, the
+parser attaches the kernel line itself; raised later (by a pass), `at_span` formats the location
+from the IR node's span. `CompilerError` is a bug in tilelang: it names the pass.
+"""
+
+from __future__ import annotations
+
+import linecache
+
+
+class UserError(ValueError):
+    """A mistake in the user's kernel; the message names buffers and shapes, and the kernel line."""
+
+
+class CompilerError(RuntimeError):
+    """An internal error of the compiler (not the user's fault); names the pass that failed."""
+
+
+def describe_span(span) -> str:
+    """'file:line' and the source line for an IR span, or '' when the node has no span."""
+    if span is None:
+        return ""
+    source = getattr(span, "source_name", None)
+    name = getattr(source, "name", None) if source is not None else None
+    line = getattr(span, "line", 0)
+    if not name or not line:
+        return ""
+    text = linecache.getline(str(name), int(line)).rstrip()
+    where = f"  --> {name}:{line}"
+    return f"{where}\n   | {text.strip()}" if text else where
+
+
+def at_span(message: str, *spans) -> UserError:
+    """A UserError whose message ends with the source location of each given IR span."""
+    locations = [d for d in (describe_span(s) for s in spans) if d]
+    if locations:
+        message = message + "\n" + "\n".join(locations)
+    return UserError(message)

@@ -1,0 +1,100 @@
+"""Loops of the T.* language: `T.Parallel`, `T.Pipelined`, `T.serial`, `T.unroll`, `T.vectorized`.
+
+`T.Parallel` is a loop nest over a tile whose iterations the compiler distributes over the block's
+threads (layout inference decides which thread runs which iteration). TVM 0.27's script builder has
+no multi-variable parallel-loop constructor, so `T.Parallel` returns a serial `T.grid` frame and
+records its loop variables; `prim_func` turns those loops into parallel loops right after parsing
+(`language/prim_func.py`). `T.Pipelined` is a serial loop annotated with its pipeline settings.
+"""
+
+from __future__ import annotations
+
+from tvm.script.ir_builder import tirx as _tb
+
+from tilelang.language.diagnostics import UserError
+
+# Loop variables of T.Parallel nests traced so far by the current prim_func parse, with their
+# annotations: {var handle: annotations dict}. Reset by prim_func for each kernel.
+parallel_loop_vars: dict = {}
+
+PIPELINE_ANNOTATIONS = ("num_stages", "tl_pipeline_order", "tl_pipeline_stage")
+
+
+def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None, annotations=None):
+    """A loop nest over `extents` whose iterations are spread over the block's threads.
+
+    Args:
+        *extents: the extent of each loop, outermost first.
+        coalesced_width: the vector width to use for this loop's accesses (elements), if given.
+        loop_layout: a `Fragment` fixing which thread runs which iteration (strict level).
+
+    Example:
+        for i, j in T.Parallel(128, 64):
+            C[i, j] = A[i, j] + B[i, j]
+    """
+    if not extents:
+        raise UserError("T.Parallel needs at least one extent")
+    frame = _tb.grid(*extents)
+    ann = dict(annotations or {})
+    if coalesced_width is not None:
+        ann["coalesced_width"] = int(coalesced_width)
+    if loop_layout is not None:
+        ann["loop_layout"] = loop_layout
+    for depth, var in enumerate(frame.vars):
+        parallel_loop_vars[var] = ann if depth == 0 else {}
+    return frame
+
+
+def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None, annotations=None):
+    """A serial loop whose global-to-shared copies are software-pipelined `num_stages` deep.
+
+    Args:
+        start, stop: the range; `T.Pipelined(n)` is `range(0, n)`.
+        num_stages: how many iterations of copies are in flight (shared tiles get that many buffers).
+        order, stage: per-statement order and stage lists that override the planner.
+
+    Example:
+        for k in T.Pipelined(T.ceildiv(K, 32), num_stages=3):
+            T.copy(A[by * 128, k * 32], A_shared)
+            T.gemm(A_shared, B_shared, C_local)
+    """
+    if stop is None:
+        start, stop = 0, start
+    ann = dict(annotations or {})
+    ann["num_stages"] = int(num_stages)
+    if order is not None:
+        ann["tl_pipeline_order"] = [int(x) for x in order]
+    if stage is not None:
+        ann["tl_pipeline_stage"] = [int(x) for x in stage]
+    if (order is None) != (stage is None):
+        raise UserError("T.Pipelined: `order` and `stage` must be given together")
+    if order is not None and len(order) != len(stage):
+        raise UserError(f"T.Pipelined: `order` has {len(order)} entries but `stage` has {len(stage)}")
+    return _tb.serial(start, stop, annotations=ann)
+
+
+def serial(start, stop=None, step=None, annotations=None):
+    """A sequential loop run by every thread: `for i in T.serial(n)`."""
+    if stop is None:
+        start, stop = 0, start
+    return _tb.serial(start, stop, step=step, annotations=annotations)
+
+
+def unroll(start, stop=None, step=None, annotations=None):
+    """A sequential loop the compiler fully unrolls."""
+    if stop is None:
+        start, stop = 0, start
+    return _tb.unroll(start, stop, step=step, annotations=annotations)
+
+
+def vectorized(start, stop=None, annotations=None):
+    """A loop turned into one vector operation (its extent should match a vector width)."""
+    if stop is None:
+        start, stop = 0, start
+    return _tb.vectorized(start, stop, annotations=annotations)
+
+
+# TileLang also spells these with capitals.
+Serial = serial
+Unroll = unroll
+Vectorized = vectorized

@@ -1,0 +1,130 @@
+"""What every tile op shares: its registration as a TVM Op, and buffer regions as arguments.
+
+A tile op is a call `tl.<name>(region, ..., attr, ...)` in the IR. Each op module (`op/copy.py`,
+`op/fill.py`, ...) defines the user function (`T.copy`), its checks at trace time, and its
+lowering. Regions are the canonical form of buffer arguments: buffer + start + extent per dim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import ir, tirx
+
+from tilelang.language.diagnostics import UserError
+
+_REGISTERED: set[str] = set()
+
+
+def op_name(name: str) -> str:
+    return f"tl.{name}"
+
+
+def register_op(name: str) -> str:
+    """Create the TVM Op `tl.<name>` once; returns its full name."""
+    full = op_name(name)
+    if full not in _REGISTERED:
+        # An int, not the enum: the parser's purity check reads it as a plain integer.
+        tvm.ir.register_op_attr(full, "TCallEffectKind", tirx.CallEffectKind.Opaque.value)
+        tvm.ir.register_op_attr(full, "TScriptPrinterName", f"tl_{name}")
+        _REGISTERED.add(full)
+    return full
+
+
+def make_call(name: str, args) -> ir.Call:
+    """A `tl.<name>(*args)` statement-call (the parser wraps it in Evaluate)."""
+    return ir.Call(ir.Op.get(register_op(name)), list(args), ret_ty="void")
+
+
+def is_tile_op(call, name: str | None = None) -> bool:
+    """Whether `call` is a call to tile op `name` (or to any tile op when `name` is None)."""
+    if not isinstance(call, ir.Call) or not isinstance(call.op, ir.Op):
+        return False
+    return call.op.name == op_name(name) if name else call.op.name in _REGISTERED
+
+
+def is_buffer(x) -> bool:
+    return isinstance(x, ir.Var) and tirx.is_buffer_var(x)
+
+
+def scope_of(buffer) -> str:
+    return buffer.scope()
+
+
+@dataclass
+class Region:
+    """A rectangular part of a buffer: `buffer[starts[d] : starts[d] + extents[d]]` per dimension."""
+
+    buffer: object
+    starts: list
+    extents: list
+
+    @property
+    def name(self) -> str:
+        return self.buffer.name
+
+    def to_ir(self) -> ir.TensorRegion:
+        ranges = [ir.Range.from_min_extent(s, e) for s, e in zip(self.starts, self.extents)]
+        return tirx.BufferRegion(self.buffer, ranges)
+
+    @staticmethod
+    def from_ir(region: ir.TensorRegion) -> "Region":
+        return Region(region.source, [r.min for r in region.region], [r.extent for r in region.region])
+
+    def nonunit_extents(self) -> list:
+        """Extents other than the constant 1, in order: the shape this region has as a tile."""
+        return [e for e in self.extents if not (isinstance(e, tirx.IntImm) and e.value == 1)]
+
+    def describe(self) -> str:
+        dims = ", ".join(_fmt_range(s, e) for s, e in zip(self.starts, self.extents))
+        return f"{self.name}[{dims}]"
+
+
+def _fmt_range(start, extent) -> str:
+    if isinstance(extent, tirx.IntImm) and extent.value == 1:
+        return str(start)
+    return f"{start}:{start} + {extent}"
+
+
+def _as_prim(x):
+    return tirx.const(x, "int32") if isinstance(x, int) else x
+
+
+def to_region(arg, what: str, like: "Region | None" = None) -> Region | None:
+    """Normalise a tile-op argument to a Region.
+
+    Accepts a whole buffer, a slice (`A[b, 0:64, h, :]`), or a start element (`A[by * 64, k * 32]`),
+    whose extents are taken from `like` (right-aligned; leading dims get extent 1). Returns None
+    for a start element when `like` is not known yet.
+    """
+    if hasattr(arg, "scalar") and isinstance(getattr(arg, "scalar"), ir.TensorLoad):
+        arg = arg.scalar  # T.alloc_var
+    if is_buffer(arg):
+        return Region(arg, [_as_prim(0) for _ in arg.shape], list(arg.shape))
+    if isinstance(arg, ir.TensorRegion):
+        return Region.from_ir(arg)
+    if isinstance(arg, ir.TensorLoad):
+        buf, starts = arg.source, list(arg.indices)
+        if like is None:
+            return None
+        tile = like.nonunit_extents() or [_as_prim(1)]
+        if len(tile) > len(starts):
+            raise UserError(
+                f"{what}: {buf.name} is indexed with {len(starts)} coordinates, but the other side "
+                f"{like.describe()} is a {len(tile)}-d tile"
+            )
+        extents = [_as_prim(1)] * (len(starts) - len(tile)) + list(tile)
+        return Region(buf, starts, extents)
+    raise UserError(f"{what}: expected a buffer, a slice of a buffer or a start element, got {arg!r}")
+
+
+def to_region_pair(src, dst, what: str) -> tuple[Region, Region]:
+    """Regions of two operands, one of which may be given as a start element."""
+    s = to_region(src, f"{what} source")
+    d = to_region(dst, f"{what} destination", like=s)
+    if s is None:
+        if d is None:
+            raise UserError(f"{what}: source and destination are both single elements; give a slice or a buffer")
+        s = to_region(src, f"{what} source", like=d)
+    return s, d

@@ -1,0 +1,29 @@
+"""Building `T.Parallel` loop nests over a region: the form element-wise tile ops lower to."""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from tilelang.utils.ir import is_one, is_zero
+
+
+def parallel_nest(region, body_fn, span=None) -> tirx.Stmt:
+    """`for v0, v1, ... in T.Parallel(*tile extents): body_fn(indices of region, [v0, v1, ...])`.
+
+    One loop per non-unit extent of `region`; unit dimensions are indexed at their start.
+    """
+    loop_vars, indices = [], []
+    for d, (start, extent) in enumerate(zip(region.starts, region.extents)):
+        if is_one(extent):
+            indices.append(start)
+        else:
+            v = tirx.Var(f"i{len(loop_vars)}", "int32")
+            loop_vars.append((v, extent))
+            indices.append(v if is_zero(start) else start + v)
+    stmt = body_fn(indices, [v for v, _ in loop_vars])
+    if not loop_vars:  # a single element: still a (trivial) parallel loop so one thread does it
+        v = tirx.Var("i0", "int32")
+        loop_vars.append((v, tirx.const(1, "int32")))
+    for v, extent in reversed(loop_vars):
+        stmt = tirx.For(v, tirx.const(0, "int32"), extent, tirx.ForKind.PARALLEL, stmt, span=span)
+    return stmt

@@ -1,0 +1,108 @@
+"""Helpers shared by the passes: walking kernels with the facts an analyzer needs.
+
+Every pass is a function `PrimFunc -> PrimFunc` in its own module; what they share lives here:
+recognising kernels (`thread_extent` attributes), binding loop/thread/let variables in a
+`tvm.sym.Analyzer` while descending, and finding the outermost `T.Parallel` loops.
+"""
+
+from __future__ import annotations
+
+import tvm_ffi
+from tvm import ir, sym, tirx
+
+THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+def is_thread_extent(stmt, prefix: str = "") -> bool:
+    return (isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent"
+            and isinstance(stmt.node, tirx.IterVar) and stmt.node.thread_tag.startswith(prefix))
+
+
+def is_parallel(loop) -> bool:
+    return isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.PARALLEL
+
+
+def parallel_nest(loop):
+    """(loop vars, extents, innermost body) of a nest of directly nested parallel loops."""
+    vars_, extents = [], []
+    node = loop
+    while is_parallel(node):
+        vars_.append(node.loop_var)
+        extents.append(node.extent)
+        node = node.body
+    return vars_, extents, node
+
+
+class Scope:
+    """An analyzer that knows the ranges of loop, thread and block variables, and let values."""
+
+    def __init__(self):
+        self.analyzer = sym.Analyzer()
+        self.threads: dict[str, tuple] = {}  # thread tag -> (var, extent)
+
+    def enter(self, stmt):
+        """Record the facts that `stmt` makes true for its body."""
+        if isinstance(stmt, tirx.For):
+            self.analyzer.bind(stmt.loop_var, ir.Range.from_min_extent(stmt.min, stmt.extent))
+        elif is_thread_extent(stmt):
+            iv = stmt.node
+            self.analyzer.bind(iv.var, ir.Range.from_min_extent(0, stmt.value))
+            self.threads[iv.thread_tag] = (iv.var, stmt.value)
+        elif isinstance(stmt, tirx.Bind):
+            self.analyzer.bind(stmt.var, stmt.value)
+
+    def thread_var(self):
+        """(linear thread index expression, number of threads) of the current kernel."""
+        index, count = tirx.const(0, "int32"), 1
+        for tag in reversed(THREAD_TAGS):
+            if tag in self.threads:
+                var, extent = self.threads[tag]
+                index = index * extent + var
+                count *= int(extent)
+        return index, count
+
+
+def mutate_with_scope(body, scope: Scope, callbacks: dict):
+    """Mutate `body`; `callbacks[type](node, recurse)` handle chosen node types.
+
+    Every For, thread_extent AttrStmt and Bind updates `scope` before its body is visited.
+    `recurse(node)` applies the default mutation (children visited with the same callbacks).
+    """
+
+    def make(kind):
+        def handler(node, mutator):
+            scope.enter(node)
+            user = callbacks.get(kind)
+            if user is not None:
+                return user(node, mutator.default_mutate)
+            return mutator.default_mutate(node)
+
+        return handler
+
+    kinds = [tirx.For, tirx.AttrStmt, tirx.Bind] + [k for k in callbacks if k not in (tirx.For, tirx.AttrStmt, tirx.Bind)]
+    return tvm_ffi.structural_mutate(body, [(k, make(k)) for k in kinds])
+
+
+def collect(node, kind) -> list:
+    """Every sub-node of `node` of type `kind`, in pre-order."""
+    out = []
+    tvm_ffi.structural_walk(node, [(kind, out.append)], order="pre")
+    return out
+
+
+def buffers_accessed(node):
+    """Buffers loaded or stored anywhere in `node` (each once, in order of appearance)."""
+    seen = []
+
+    def add(buf):
+        if not any(buf.same_as(b) for b in seen):
+            seen.append(buf)
+
+    def on_load(ld):
+        add(ld.source)
+
+    def on_store(st):
+        add(st.buffer)
+
+    tvm_ffi.structural_walk(node, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store)], order="pre")
+    return seen

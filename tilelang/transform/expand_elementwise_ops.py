@@ -1,0 +1,29 @@
+"""Pass `expand_elementwise_ops`: `T.copy` and `T.fill` become `T.Parallel` loop nests.
+
+Before:  tl_copy(A[by * 128:by * 128 + 128, 0:64], A_s[0:128, 0:64], 0)
+After:   for i0, i1 in T.Parallel(128, 64): A_s[i0, i1] = A[by * 128 + i0, i1]
+
+Requires: tile ops as parsed. Guarantees: no `tl.copy`/`tl.fill` calls remain; their loops carry
+the op's span, so later errors point at the user's `T.copy` line. Runs before layout inference,
+which then spreads these loops over the threads like any element-wise loop.
+"""
+
+from __future__ import annotations
+
+import tvm_ffi
+from tvm import tirx
+
+from tilelang.op import base, copy, fill
+
+_LOWERINGS = {copy.NAME: copy.lower_simt, fill.NAME: fill.lower}
+
+
+def expand_elementwise_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    def on_eval(stmt):
+        call = stmt.value
+        for name, lower in _LOWERINGS.items():
+            if base.is_tile_op(call, name):
+                return lower(call, stmt.span)
+        return stmt
+
+    return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.Evaluate, on_eval)]))

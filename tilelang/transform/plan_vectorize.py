@@ -1,0 +1,105 @@
+"""Analysis: the widest vector a `T.Parallel` nest can use along its innermost loop.
+
+A vector of V elements along the innermost loop variable is legal when, for every access to global
+or shared memory in the body, the flattened offset moves by exactly 1 per step of that variable and
+starts V-aligned (so the access is one aligned 128-bit-or-narrower load or store), the innermost
+extent is a multiple of V, and every guard in the body is uniform over each vector (true or false
+for all V lanes at once). Accesses to registers (fragments, locals) never limit V.
+"""
+
+from __future__ import annotations
+
+from tvm import DataType, ir, tirx
+
+from tilelang.transform.common import collect
+from tilelang.utils.ir import const_int
+
+MAX_VECTOR_BITS = 128
+
+
+def _flat_offset(buffer, indices):
+    offset = tirx.const(0, "int32")
+    for idx, extent in zip(indices, buffer.shape):
+        offset = offset * extent + idx
+    return offset
+
+
+def _subst(expr, var, value):
+    from tilelang.layout.fragment import substitute
+
+    return substitute(expr, {var: value})
+
+
+def _aligned_unit_stride(expr, var, vec, analyzer) -> bool:
+    """`expr` = V-aligned base + var, as far as the analyzer can prove."""
+    step = analyzer.simplify(_subst(expr, var, var + 1) - expr)
+    if const_int(step) == 0:
+        return True  # does not move with var: the same address for every lane is fine for loads
+    if const_int(step) != 1:
+        return False
+    base = analyzer.simplify(_subst(expr, var, tirx.const(0, "int32")))
+    m = analyzer.modular_set(base)
+    return int(m.coeff) % vec == 0 and int(m.base) % vec == 0
+
+
+def _uniform_condition(cond, var, vec, analyzer) -> bool:
+    """Whether `cond` has one value over each aligned group of `vec` consecutive values of var.
+
+    A comparison is rewritten as `e >= 0` or `e < 0` with `e` growing by one per step of var;
+    it then flips only where e crosses 0, which is a group boundary when e(var = 0) is a multiple
+    of vec.
+    """
+    if isinstance(cond, (tirx.And, tirx.Or)):
+        return _uniform_condition(cond.a, var, vec, analyzer) and _uniform_condition(cond.b, var, vec, analyzer)
+    if isinstance(cond, tirx.Not):
+        return _uniform_condition(cond.a, var, vec, analyzer)
+    if isinstance(cond, (tirx.LT, tirx.GE, tirx.GT, tirx.LE)):
+        e = cond.a - cond.b
+        if isinstance(cond, (tirx.GT, tirx.LE)):
+            e = e - 1
+        e = analyzer.simplify(e)
+        step = const_int(analyzer.simplify(_subst(e, var, var + 1) - e))
+        if step == 0:
+            return True
+        if step == -1:
+            e, step = analyzer.simplify(-e - 1), 1
+        if step != 1:
+            return False
+        m = analyzer.modular_set(analyzer.simplify(_subst(e, var, tirx.const(0, "int32"))))
+        return int(m.coeff) % vec == 0 and int(m.base) % vec == 0
+    return _free_of(cond, var)
+
+
+def _free_of(expr, var) -> bool:
+    found = collect(expr, ir.Var)
+    return not any(v.same_as(var) for v in found)
+
+
+def plan_vector_size(loop_vars, extents, body, analyzer, limit: int = 0) -> int:
+    """The largest legal vector width (elements) for the innermost of `loop_vars`."""
+    var = loop_vars[-1]
+    inner = const_int(extents[-1])
+    if inner is None:
+        return 1
+    loads = collect(body, ir.TensorLoad)
+    stores = collect(body, tirx.BufferStore)
+    accesses = [(ld.source, list(ld.indices)) for ld in loads] + [(st.buffer, list(st.indices)) for st in stores]
+    memory = [(b, idx) for b, idx in accesses if b.scope() in ("global", "shared", "shared.dyn")]
+    # Every value computed in the loop becomes a vector of `vec` lanes: keep each within 128 bits.
+    bits = [tirx_bits(b) for b, _ in accesses] + [DataType(str(c.ty.dtype)).bits for c in collect(body, tirx.Cast)]
+    widths = [MAX_VECTOR_BITS // b for b in bits] or [1]
+    vec = min(min(widths), limit) if limit else min(widths)
+    conds = [s.condition for s in collect(body, tirx.IfThenElse)]
+    conds += [c.args[0] for c in collect(body, ir.Call) if getattr(c.op, "name", "") == "tirx.if_then_else"]
+    while vec > 1:
+        ok = inner % vec == 0
+        ok = ok and all(_aligned_unit_stride(_flat_offset(b, idx), var, vec, analyzer) for b, idx in memory)
+        ok = ok and all(_uniform_condition(c, var, vec, analyzer) for c in conds)
+        if ok:
+            return vec
+        vec //= 2
+    return 1
+
+
+def tirx_bits(buffer) -> int:
+    return DataType(str(buffer.dtype)).bits

@@ -1,0 +1,43 @@
+"""Small helpers over TVM 0.27 IR nodes, used by every layer of the compiler."""
+
+from __future__ import annotations
+
+from tvm import ir, tirx
+
+
+def dtype_of(expr) -> str:
+    """The dtype string of a PrimExpr."""
+    return str(expr.ty.dtype)
+
+
+def const_int(expr):
+    """The Python int of a constant integer expression, or None."""
+    if isinstance(expr, int):
+        return expr
+    if isinstance(expr, tirx.IntImm):
+        return int(expr.value)
+    return None
+
+
+def is_one(expr) -> bool:
+    return const_int(expr) == 1
+
+
+def is_zero(expr) -> bool:
+    return const_int(expr) == 0
+
+
+def seq(stmts) -> tirx.Stmt:
+    """One statement from a list (a SeqStmt only when there are several)."""
+    stmts = [s for s in stmts if s is not None]
+    if len(stmts) == 1:
+        return stmts[0]
+    return tirx.SeqStmt(stmts)
+
+
+def int32(x):
+    return tirx.const(x, "int32") if isinstance(x, int) else x
+
+
+def is_load(x) -> bool:
+    return isinstance(x, ir.TensorLoad)
