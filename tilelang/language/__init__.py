@@ -7,13 +7,11 @@ its kernels run unchanged.
 
 # Scalar math and expression helpers, as TVM's script namespace provides them.
 from tvm.script.tirx import (  # noqa: F401
-    Cast,
     Select,
     abs,
     address_of,
     call_extern,
     call_intrin,
-    cast,
     ceil,
     ceildiv,
     cos,
@@ -27,7 +25,6 @@ from tvm.script.tirx import (  # noqa: F401
     floormod,
     fmod,
     if_then_else,
-    infinity,
     isfinite,
     isinf,
     isnan,
@@ -36,9 +33,7 @@ from tvm.script.tirx import (  # noqa: F401
     log2,
     log10,
     max,
-    max_value,
     min,
-    min_value,
     nearbyint,
     pow,
     reinterpret,
@@ -79,6 +74,7 @@ from tilelang.language.kernel import (  # noqa: F401
     get_thread_bindings,
     get_thread_extent,
 )
+from tilelang.language.math import Cast, cast, infinity, max_value, min_value  # noqa: F401
 from tilelang.language.loops import Parallel, Pipelined, Serial, Unroll, Vectorized, serial, unroll, vectorized  # noqa: F401
 from tilelang.language.prim_func import prim_func  # noqa: F401
 from tilelang.op.copy import copy  # noqa: F401

@@ -19,7 +19,8 @@ from tvm import ir, sym, tirx
 from tvm.tirx import IndexMap
 
 
-def _vars(n: int, prefix: str = "i"):
+def placeholder_vars(n: int, prefix: str = "i"):
+    """`n` fresh int32 Vars named prefix0, prefix1, ..."""
     return [tirx.Var(f"{prefix}{k}", "int32") for k in range(n)]
 
 
@@ -131,7 +132,7 @@ def partition(shape, num_threads: int, vector_size: int = 1) -> Fragment:
     This is the least-register layout of a tile with no other constraint (each thread holds
     ceil(size / num_threads) elements) and gives coalesced, vectorized global accesses.
     """
-    vars_ = _vars(len(shape))
+    vars_ = placeholder_vars(len(shape))
     flat = tirx.const(0, "int32")
     for v, n in zip(vars_, shape):
         flat = flat * n + v

@@ -69,18 +69,51 @@ def mutate_with_scope(body, scope: Scope, callbacks: dict):
     `recurse(node)` applies the default mutation (children visited with the same callbacks).
     """
 
+    errors = []
+
     def make(kind):
         def handler(node, mutator):
-            scope.enter(node)
-            user = callbacks.get(kind)
-            if user is not None:
-                return user(node, mutator.default_mutate)
-            return mutator.default_mutate(node)
+            if errors:
+                return node
+            try:
+                scope.enter(node)
+                user = callbacks.get(kind)
+                if user is not None:
+                    return user(node, mutator.default_mutate)
+                return mutator.default_mutate(node)
+            except Exception as err:  # noqa: BLE001 (re-raised below, with its own type)
+                errors.append(err)
+                return node
 
         return handler
 
     kinds = [tirx.For, tirx.AttrStmt, tirx.Bind] + [k for k in callbacks if k not in (tirx.For, tirx.AttrStmt, tirx.Bind)]
-    return tvm_ffi.structural_mutate(body, [(k, make(k)) for k in kinds])
+    result = tvm_ffi.structural_mutate(body, [(k, make(k)) for k in kinds])
+    if errors:
+        # An exception crossing the FFI boundary loses its type; raise the original here instead.
+        raise errors[0]
+    return result
+
+
+def walk(node, callbacks, order: str = "pre") -> None:
+    """`tvm_ffi.structural_walk`, but an exception raised by a callback keeps its type."""
+    errors = []
+
+    def guard(fn):
+        def call(n):
+            if errors:
+                return None
+            try:
+                return fn(n)
+            except Exception as err:  # noqa: BLE001 (re-raised below)
+                errors.append(err)
+                return None
+
+        return call
+
+    tvm_ffi.structural_walk(node, [(k, guard(fn)) for k, fn in callbacks], order=order)
+    if errors:
+        raise errors[0]
 
 
 def collect(node, kind) -> list:

@@ -99,14 +99,30 @@ def _check_bijective(layout, loop, buffer):
 
 
 def _fragment_layout_from(loop, indices, buffer):
-    """The fragment layout that loop layout `loop.layout` gives `buffer`, accessed at `indices`."""
-    if not _is_identity(indices, loop) or tuple(int(s) for s in buffer.shape) != loop.shape:
+    """The fragment layout that loop layout `loop.layout` gives `buffer`, accessed at `indices`.
+
+    The access must visit each element once: the indices are the loop variables in some order,
+    over the fragment's whole shape. Then element e lives where the iteration touching it runs.
+    """
+    shape = tuple(int(s) for s in buffer.shape)
+    perm = []
+    for idx in indices:
+        hit = [k for k, v in enumerate(loop.vars) if isinstance(idx, ir.Var) and idx.same_as(v)]
+        perm.append(hit[0] if hit else None)
+    if None in perm or sorted(perm) != list(range(len(loop.vars))) or \
+            tuple(loop.shape[k] for k in perm) != shape:
         raise at_span(
             f"layout inference: cannot derive a layout for fragment '{buffer.name}' of shape "
-            f"{[int(s) for s in buffer.shape]} from a T.Parallel loop of shape {list(loop.shape)} "
-            f"indexing it as [{', '.join(str(i) for i in indices)}]; write the fragment first in a "
+            f"{list(shape)} from a T.Parallel loop of shape {list(loop.shape)} indexing it as "
+            f"[{', '.join(str(i) for i in indices)}]; index a fragment with the loop variables of a "
             f"loop over its own shape", loop.loop.span)
-    return loop.layout.with_shape_vars(fl._vars(len(indices), "j"))
+    elem_vars = fl.placeholder_vars(len(indices), "j")
+    loop_point = [None] * len(loop.vars)
+    for d, k in enumerate(perm):
+        loop_point[k] = elem_vars[d]
+    thread, index = loop.layout.map(loop_point)
+    vec = loop.layout.vector_size if perm == sorted(perm) else 1
+    return fl.Fragment(shape, elem_vars, thread, index, loop.layout.num_threads, vector_size=vec)
 
 
 def _assign(loop, layouts, sources, analyzer):
@@ -144,6 +160,11 @@ def infer_layout(func: tirx.PrimFunc) -> tirx.PrimFunc:
             chosen = pending[0]
             vec = plan_vector_size(chosen.vars, chosen.extents, chosen.body, analyzer,
                                    limit=_coalesced_width(chosen.loop))
+            total = 1
+            for n in chosen.shape:
+                total *= n
+            while vec > 1 and total % (chosen.num_threads * vec) != 0:
+                vec //= 2  # wider vectors would leave threads idle or split a round unevenly
             chosen.layout = fl.partition(chosen.shape, chosen.num_threads, vec).with_shape_vars(chosen.vars)
         _assign(chosen, layouts, sources, analyzer)
         pending.remove(chosen)

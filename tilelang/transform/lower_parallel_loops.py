@@ -23,9 +23,8 @@ from tvm import ir, tirx
 
 from tilelang.language.diagnostics import at_span
 from tilelang.layout import fragment as fl
-from tilelang.transform.common import Scope, mutate_with_scope, parallel_nest
+from tilelang.transform.common import Scope, collect, mutate_with_scope, parallel_nest, walk
 from tilelang.transform.infer_layout import FRAGMENT_LAYOUTS, LOOP_LAYOUT
-from tilelang.utils.ir import seq
 
 
 def _uniform_guards(stmt, vec_var):
@@ -111,14 +110,23 @@ def lower_parallel_loops(func: tirx.PrimFunc) -> tirx.PrimFunc:
 
 
 def _check_no_fragment_left(body):
+    """Fragments touched outside parallel loops have no per-thread form: report the statement."""
+
+    def fragment_reads(node):
+        return [ld.source.name for ld in collect(node, ir.TensorLoad) if ld.source.scope() == "local.fragment"]
+
     def on_store(st):
         if st.buffer.scope() == "local.fragment":
             raise at_span(f"fragment '{st.buffer.name}' is written outside a T.Parallel loop or tile op; "
                           f"fragments are spread over threads, so index them only inside T.Parallel", st.span)
+        reads = fragment_reads(st.value) + [n for i in st.indices for n in fragment_reads(i)]
+        if reads:
+            raise at_span(f"fragment '{reads[0]}' is read outside a T.Parallel loop or tile op; "
+                          f"use T.alloc_local or T.alloc_var for per-thread values", st.span)
 
-    def on_load(ld):
-        if ld.source.scope() == "local.fragment":
-            raise at_span(f"fragment '{ld.source.name}' is read outside a T.Parallel loop or tile op; "
-                          f"use T.alloc_local or T.alloc_var for per-thread values")
+    def on_if(node):
+        reads = fragment_reads(node.condition)
+        if reads:
+            raise at_span(f"fragment '{reads[0]}' is read outside a T.Parallel loop or tile op", node.span)
 
-    tvm_ffi.structural_walk(body, [(tirx.BufferStore, on_store), (ir.TensorLoad, on_load)])
+    walk(body, [(tirx.BufferStore, on_store), (tirx.IfThenElse, on_if)])

@@ -1,0 +1,141 @@
+"""Layout inference: free partition, common propagation through fragments, and conflicts."""
+
+import pytest
+import tvm_ffi
+from tvm import tirx
+
+import tilelang.language as T
+from tilelang.language.diagnostics import UserError
+from tilelang.layout import fragment as fl
+from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
+from tilelang.transform.infer_layout import FRAGMENT_LAYOUTS, LOOP_LAYOUT, infer_layout
+from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
+
+
+def _prepare(func):
+    return legalize_safe_memory_access(expand_elementwise_ops(func))
+
+
+def _loop_layouts(func):
+    out = []
+
+    def on_for(loop):
+        if LOOP_LAYOUT in loop.annotations:
+            out.append(fl.from_ir(loop.annotations[LOOP_LAYOUT]))
+
+    tvm_ffi.structural_walk(func.body, [(tirx.For, on_for)], order="pre")
+    return out
+
+
+def _fragment_layouts(func):
+    return {b.name: fl.from_ir(v) for b, v in func.attrs[FRAGMENT_LAYOUTS].items()}
+
+
+def test_free_level_partitions_and_vectorizes():
+    @T.prim_func
+    def main(A: T.Tensor((1024, 64), "float16"), C: T.Tensor((1024, 64), "float16")):
+        with T.Kernel(8, threads=128) as bx:
+            for i, j in T.Parallel(128, 64):
+                C[bx * 128 + i, j] = A[bx * 128 + i, j]
+
+    (layout,) = _loop_layouts(infer_layout(_prepare(main)))
+    assert layout.vector_size == 8  # 8 x fp16 = 128 bits
+    assert layout.is_equivalent(fl.partition((128, 64), 128, 8).with_shape_vars(layout.vars))
+
+
+def test_vector_limited_by_misaligned_rows():
+    @T.prim_func
+    def main(A: T.Tensor((1024, 66), "float16"), C: T.Tensor((1024, 66), "float16")):
+        with T.Kernel(8, threads=128) as bx:
+            for i, j in T.Parallel(128, 64):
+                C[bx * 128 + i, j] = A[bx * 128 + i, j]
+
+    (layout,) = _loop_layouts(infer_layout(_prepare(main)))
+    assert layout.vector_size == 2  # rows of 66 halves are only 4-byte aligned
+
+
+def test_common_level_follows_the_fragment():
+    @T.prim_func
+    def main(A: T.Tensor((128, 64), "float32"), C: T.Tensor((64, 128), "float32")):
+        with T.Kernel(1, threads=128):
+            f = T.alloc_fragment((128, 64), "float32")
+            T.copy(A, f)
+            for i, j in T.Parallel(128, 64):
+                f[i, j] = f[i, j] * 2.0
+            for j, i in T.Parallel(64, 128):  # transposed walk: must run where f's elements live
+                C[j, i] = f[i, j]
+
+    func = infer_layout(_prepare(main))
+    frag = _fragment_layouts(func)["f"]
+    first, second, third = _loop_layouts(func)
+    assert frag.is_equivalent(first.with_shape_vars(frag.vars)) and first.vector_size == 4
+    assert second.is_equivalent(first)
+    assert third.vector_size == 1  # the walk is transposed: no contiguous vector
+    i, j = tirx.Var("i", "int32"), tirx.Var("j", "int32")
+    t_third, _ = third.map([j, i])
+    t_frag, _ = frag.map([i, j])
+    from tvm import sym
+
+    assert sym.Analyzer().can_prove_equal(t_third, t_frag)
+
+
+def test_conflicting_uses_name_the_fragment_and_both_lines():
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=64):
+            f = T.alloc_fragment((64, 64), "float32")
+            g = T.alloc_fragment((64, 64), "float32")
+            T.copy(A, f)
+            T.copy(B, g)
+            for i, j in T.Parallel(64, 64):
+                g[i, j] = g[i, j] + f[i, j]  # g must live where f does
+            for i, j in T.Parallel(64, 64):
+                f[i, j] = g[j, i]  # ... but here where f's transpose does
+
+    with pytest.raises(UserError) as info:
+        infer_layout(_prepare(main))
+    text = str(info.value)
+    assert "fragment 'g'" in text and "different layouts" in text
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("|")]
+    assert lines == ["| for i, j in T.Parallel(64, 64):", "| for i, j in T.Parallel(64, 64):"]
+
+
+def test_transposed_use_gives_a_transposed_layout():
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=64):
+            f = T.alloc_fragment((64, 64), "float32")
+            g = T.alloc_fragment((64, 64), "float32")
+            T.copy(A, f)
+            for i, j in T.Parallel(64, 64):
+                g[j, i] = f[i, j]
+            T.copy(g, B)
+
+    layouts = _fragment_layouts(infer_layout(_prepare(main)))
+    i, j = tirx.Var("i", "int32"), tirx.Var("j", "int32")
+    from tvm import sym
+
+    assert sym.Analyzer().can_prove_equal(layouts["g"].map([j, i])[0], layouts["f"].map([i, j])[0])
+
+
+def test_fragment_indexed_by_a_smaller_loop_is_reported():
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=64):
+            f = T.alloc_fragment((64,), "float32")
+            for i, j in T.Parallel(64, 64):
+                f[i] = A[i, j]
+
+    with pytest.raises(UserError, match="fragment 'f'"):
+        infer_layout(_prepare(main))
+
+
+def test_idle_threads_avoided_when_tile_is_small():
+    @T.prim_func
+    def main(A: T.Tensor((256,), "float32")):
+        with T.Kernel(1, threads=256):
+            for i in T.Parallel(256):
+                A[i] = A[i] + 1.0
+
+    (layout,) = _loop_layouts(infer_layout(_prepare(main)))
+    assert layout.vector_size == 1 and layout.local_size == 1
