@@ -1,38 +1,16 @@
-"""Shared test setup: the GPU marker, a per-run kernel cache, fixed random seeds."""
+"""pytest setup for examples/: each folder's test imports the example beside it."""
 
 import os
 import sys
 
-import pytest
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.extend(os.path.join(HERE, d) for d in sorted(os.listdir(HERE)) if os.path.isdir(os.path.join(HERE, d)))
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from tilelang.testing import skip_gpu_tests_without_gpu, use_test_cache  # noqa: E402
 
-# Compiled libraries are cached per test run (and shared by xdist workers): one nvcc per kernel.
-os.environ.setdefault("TILELANG_CACHE_DIR", os.path.join(ROOT, "build", "test-cache"))
-
-
-def _has_gpu() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:
-        return False
-
-
-HAS_GPU = _has_gpu()
+use_test_cache()
 
 
 def pytest_collection_modifyitems(config, items):
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
-    for item in items:
-        if "gpu" in item.keywords and not HAS_GPU:
-            item.add_marker(skip)
-
-
-@pytest.fixture(autouse=True)
-def _seed():
-    import torch
-
-    torch.manual_seed(0)
+    skip_gpu_tests_without_gpu(items)

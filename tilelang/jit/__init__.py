@@ -41,7 +41,8 @@ class _JITFactory:
         if hit is not None:
             return hit
         func = self.factory(*args, **kwargs)
-        kernel = JITKernel(func, out_idx=self.out_idx, target=self.target, pass_configs=self.pass_configs)
+        kernel = JITKernel(func, out_idx=self.out_idx, target=self.target, pass_configs=self.pass_configs,
+                           name=self.factory.__name__)
         if key is not None:
             self._kernels[key] = kernel
         return kernel

@@ -32,7 +32,7 @@ class JITKernel:
     returns the allocated outputs (one tensor, or a list when there are several).
     """
 
-    def __init__(self, func, out_idx=None, target=None, pass_configs=None, name: str = "main"):
+    def __init__(self, func, out_idx=None, target=None, pass_configs=None, name: str | None = None):
         from tilelang.codegen import cuda
         from tilelang.engine.pipeline import lower
         from tilelang.utils.target import determine_target
@@ -40,11 +40,12 @@ class JITKernel:
         self.prim_func = func
         self.target = determine_target(target)
         self.pass_configs = dict(pass_configs or {})
-        self.name = name
+        # The name shown in errors and given to the host function: the factory's, or the prim_func's.
+        self.name = name or str(func.attrs.get("global_symbol", "main") if func.attrs else "main")
         self.params = params_of(func)
         self.out_idx = normalize_out_idx(out_idx, len(self.params))
         self._in_idx = [k for k in range(len(self.params)) if k not in self.out_idx]
-        lowered = lower(func, self.target, self.pass_configs, name=name)
+        lowered = lower(func, self.target, self.pass_configs, name=self.name)
         self.kernel_source = cuda.device_source(lowered)
         self.source = cuda.full_source(lowered)
         self._lib_path = None
@@ -83,8 +84,10 @@ class JITKernel:
             raise ValueError(f"{self.name} takes {len(self._in_idx)} input tensors ({names}); "
                              f"outputs {[self.params[k].name for k in self.out_idx]} are allocated, got {len(args)}")
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
-        if device is None:
-            device = torch.device("cuda", torch.cuda.current_device())
+        if device is None:  # no tensor at all: say which parameter got what
+            from tilelang.jit.params import check_argument
+
+            check_argument(self.params[self._in_idx[0]], args[0], self._in_idx[0], self.name)
         full, it = [], iter(args)
         outs = []
         for k, p in enumerate(self.params):

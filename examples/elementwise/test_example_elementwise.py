@@ -1,0 +1,9 @@
+import pytest
+
+import example_elementwise_add
+
+pytestmark = pytest.mark.gpu
+
+
+def test_example_elementwise():
+    example_elementwise_add.main(N=100003, M=300, K=200)
