@@ -51,6 +51,11 @@ class Scope:
         elif isinstance(stmt, tirx.Bind):
             self.analyzer.bind(stmt.var, stmt.value)
 
+    def leave(self, stmt, saved):
+        """Undo what `enter` recorded that holds only inside `stmt` (the threads of a kernel)."""
+        if is_thread_extent(stmt):
+            self.threads = saved
+
     def thread_var(self):
         """(linear thread index expression, number of threads) of the current kernel."""
         index, count = tirx.const(0, "int32"), 1
@@ -76,11 +81,12 @@ def mutate_with_scope(body, scope: Scope, callbacks: dict):
             if errors:
                 return node
             try:
+                saved = dict(scope.threads)
                 scope.enter(node)
                 user = callbacks.get(kind)
-                if user is not None:
-                    return user(node, mutator.default_mutate)
-                return mutator.default_mutate(node)
+                result = user(node, mutator.default_mutate) if user is not None else mutator.default_mutate(node)
+                scope.leave(node, saved)
+                return result
             except Exception as err:  # noqa: BLE001 (re-raised below, with its own type)
                 errors.append(err)
                 return node

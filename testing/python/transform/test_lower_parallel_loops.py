@@ -65,3 +65,25 @@ def test_fragment_read_outside_parallel_is_an_error():
 
     with pytest.raises(UserError, match="fragment 'f' is read outside a T.Parallel"):
         _run(before)
+
+
+def test_each_kernel_uses_its_own_threads():
+    @T.prim_func
+    def before(A: T.Tensor((512,), "float32")):
+        with T.Kernel(2, threads=(64, 4)) as bx:
+            for i in T.Parallel(256):
+                A[bx * 256 + i] = A[bx * 256 + i] + 1.0
+        with T.Kernel(4, threads=128) as bx:
+            for i in T.Parallel(128):
+                A[bx * 128 + i] = A[bx * 128 + i] * 2.0
+
+    @T.prim_func
+    def expected(A: T.Tensor((512,), "float32")):
+        with T.Kernel(2, threads=(64, 4)) as bx:
+            tx, ty = T.get_thread_bindings()
+            A[bx * 256 + (ty * 64 + tx)] = A[bx * 256 + (ty * 64 + tx)] + T.float32(1.0)
+        with T.Kernel(4, threads=128) as bx:
+            tx = T.get_thread_binding()
+            A[bx * 128 + tx] = A[bx * 128 + tx] * T.float32(2.0)
+
+    assert_ir_equal(_run(before), expected)
