@@ -24,13 +24,21 @@ _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the 
 from tilelang import env
 from tilelang.utils.target import arch_of
 
-HEADER = '#include "tl_templates/cuda/common.h"\n'
+# Device headers and the function names that need them; common.h always comes first. Only the
+# headers a kernel uses are included, since the CuTe-based ones cost seconds of nvcc time.
+_HEADERS = [("tl::shfl_xor", "reduce.h"), ("tl::atomic_add", "atomic.h")]
+
+
+def _with_headers(code: str) -> str:
+    lines = ['#include "tl_templates/cuda/common.h"']
+    lines += [f'#include "tl_templates/cuda/{h}"' for name, h in _HEADERS if name in code]
+    return "\n".join(lines) + "\n" + code
 
 
 def device_source(lowered) -> str:
     """The device part only (what `kernel.get_kernel_source()` shows)."""
     dev = _build_utils.codegen_build(lowered.device_mod, lowered.target)
-    return HEADER + dev.inspect_source("cuda")
+    return _with_headers(dev.inspect_source("cuda"))
 
 
 def full_source(lowered) -> str:
@@ -38,7 +46,7 @@ def full_source(lowered) -> str:
     dev = _build_utils.codegen_build(lowered.device_mod, lowered.target)
     host = _build_utils.codegen_build(lowered.host_mod, lowered.target.host)
     host.import_module(dev)
-    return HEADER + export_cuda_host(host)
+    return _with_headers(export_cuda_host(host))
 
 
 @functools.cache

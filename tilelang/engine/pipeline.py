@@ -18,12 +18,15 @@ _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the 
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import infer_layout
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
-from tilelang.transform.lower_parallel_loops import lower_parallel_loops
+from tilelang.transform.lower_tile_ops import lower_tile_ops
+from tilelang.transform.rasterize_blocks import rasterize_blocks
 
 
 def _tile_passes():
     """Our passes, on PrimFuncs that still have tile ops, parallel loops and fragments."""
     return [
+        # Block-index remapping first: every later pass sees the final bx/by expressions.
+        ("rasterize_blocks", rasterize_blocks),
         # copy/fill become T.Parallel loops, so layout inference sees one kind of element-wise work.
         ("expand_elementwise_ops", expand_elementwise_ops),
         # Global accesses past the tensor's edge get guards while indices are still logical,
@@ -31,8 +34,9 @@ def _tile_passes():
         ("legalize_safe_memory_access", legalize_safe_memory_access),
         # Loop and fragment layouts: which thread runs which iteration, vector width per loop.
         ("infer_layout", infer_layout),
-        # Each parallel loop becomes the per-thread loop; fragments become register arrays.
-        ("lower_parallel_loops", lower_parallel_loops),
+        # Parallel loops and tile ops become per-thread code; fragments become register arrays,
+        # annotated shared tiles are re-indexed through their layout.
+        ("lower_tile_ops", lower_tile_ops),
     ]
 
 
@@ -50,11 +54,13 @@ def _tvm_passes(config: dict):
         ("remove_no_op", tirx.transform.RemoveNoOp()),
         ("verify_memory", tirx.transform.VerifyMemory()),
         ("annotate_entry_func", tirx.transform.AnnotateEntryFunc()),
-        # Barriers go in once all shared-memory accesses are explicit loads and stores.
+        # One dynamic shared-memory block per kernel; the launcher raises the limit past 48 KB.
+        # Tiles whose lifetimes do not overlap may share bytes, so this comes before the barriers.
+        ("merge_shared_memory", s_tir.transform.MergeSharedMemoryAllocations()),
+        # Barriers go in once all shared-memory accesses are explicit loads and stores of the merged
+        # block, so a tile reusing another's bytes waits for that tile's last readers.
         ("thread_sync_shared", s_tir.transform.ThreadSync("shared")),
         ("thread_sync_shared_dyn", s_tir.transform.ThreadSync("shared.dyn")),
-        # One dynamic shared-memory block per kernel; the launcher raises the limit past 48 KB.
-        ("merge_shared_memory", s_tir.transform.MergeSharedMemoryAllocations()),
         # Each T.Kernel becomes a __global__ function; the host function launches them in order.
         ("split_host_device", tirx.transform.SplitHostDevice()),
         # The host entry checks every tensor argument (dtype, shape, strides, device).
@@ -65,9 +71,11 @@ def _tvm_passes(config: dict):
 
 
 def _apply_to_funcs(fn):
-    @tvm.tirx.transform.prim_func_pass(opt_level=0, name=fn.__name__)
-    def _pass(func, _mod, _ctx):
-        return fn(func)
+    """Run a PrimFunc -> PrimFunc pass on every function of a module, in Python: an exception it
+    raises (a UserError pointing at the kernel) reaches the caller with its type intact."""
+
+    def _pass(mod):
+        return tvm.IRModule({gv: fn(f) for gv, f in mod.functions.items()}, attrs=mod.attrs)
 
     return _pass
 

@@ -17,8 +17,6 @@ from tilelang.language.diagnostics import UserError
 # annotations: {var handle: annotations dict}. Reset by prim_func for each kernel.
 parallel_loop_vars: dict = {}
 
-PIPELINE_ANNOTATIONS = ("num_stages", "tl_pipeline_order", "tl_pipeline_stage")
-
 
 def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None, annotations=None):
     """A loop nest over `extents` whose iterations are spread over the block's threads.
@@ -39,7 +37,9 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None
     if coalesced_width is not None:
         ann["coalesced_width"] = int(coalesced_width)
     if loop_layout is not None:
-        ann["loop_layout"] = loop_layout
+        from tilelang.layout.fragment import to_ir
+
+        ann["loop_layout"] = to_ir(loop_layout)
     for depth, var in enumerate(frame.vars):
         parallel_loop_vars[var] = ann if depth == 0 else {}
     return frame

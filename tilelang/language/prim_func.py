@@ -19,6 +19,7 @@ import tvm_ffi
 from tvm import ir, tirx
 from tvm.script import tirx as _script
 
+from tilelang.language import annotations as annotations_mod
 from tilelang.language import loops
 
 
@@ -35,14 +36,28 @@ def prim_func(func=None, *, private=False, check_well_formed=True):
     if func is None:
         return functools.partial(prim_func, private=private, check_well_formed=check_well_formed)
     loops.parallel_loop_vars.clear()
+    annotations_mod.annotated_layouts.clear()
     try:
         parsed = _script.prim_func(func, private=private, check_well_formed=check_well_formed)
-        annotations = dict(loops.parallel_loop_vars)
+        parallel = dict(loops.parallel_loop_vars)
+        layouts = dict(annotations_mod.annotated_layouts)
     finally:
         loops.parallel_loop_vars.clear()
-    body = mark_parallel_loops(parsed.body, annotations)
+        annotations_mod.annotated_layouts.clear()
+    body = mark_parallel_loops(parsed.body, parallel)
     body = bind_single_store_scalars(body)
-    return parsed.with_body(body)
+    parsed = parsed.with_body(body)
+    if layouts:
+        parsed = parsed.with_attr("tl.annotated_layouts", tvm_ffi.convert(
+            {b: _layout_to_ir(lay) for b, lay in layouts.items()}))
+    return parsed
+
+
+def _layout_to_ir(layout):
+    from tilelang.layout.fragment import Fragment, to_ir
+    from tilelang.transform.infer_layout import shared_layout_to_ir
+
+    return to_ir(layout) if isinstance(layout, Fragment) else shared_layout_to_ir(layout)
 
 
 def mark_parallel_loops(body, parallel_vars: dict):

@@ -1,22 +1,32 @@
 """`Fragment`: where each element of a block-level register tile lives, as (thread, register index).
 
-A fragment layout maps a logical index (i, j, ...) of a tile to the thread that holds it and to the
-position in that thread's registers. The same object describes how a `T.Parallel` loop nest is spread
-over the threads (a *loop layout*: iteration (i, j) runs on thread `thread(i, j)` as its
-`index(i, j)`-th iteration). Replication (one element held by several threads) comes with
-`replicate > 1`: the thread map then also depends on a replica variable.
+A fragment layout maps a logical index e = (i, j, ...) of a tile to the thread that holds it and to
+its position in that thread's registers. The same object describes how a `T.Parallel` loop nest is
+spread over the threads (a *loop layout*: iteration e runs on thread `thread(e)` as the thread's
+`index(e)`-th iteration).
+
+Replication: an element may be held by several threads (the result of a row reduction lives in
+every thread that held part of the row). The holders of e are `base(e) + sum_k d_k * stride_k` for
+every choice of digits `d_k < count_k`: `groups = [(stride_k, count_k), ...]` are digit ranges of
+the thread id (for a warp-shuffle reduction, e.g. [(1, 4)] = the 4 lanes of a quad). `replicate`
+is the product of the counts, and `thread(e, rep)` enumerates the holders.
 
 Pure algebra on index expressions: composition is substitution, inversion goes through TVM's
-iter-map arithmetic (`IndexMap.non_surjective_inverse`).
+iter-map arithmetic, and questions over a whole constant-shape tile are answered numerically
+(`layout.evaluate`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import tvm_ffi
 from tvm import ir, sym, tirx
 from tvm.tirx import IndexMap
+
+from tilelang.layout.evaluate import evaluate, grid
 
 
 def placeholder_vars(n: int, prefix: str = "i"):
@@ -38,63 +48,123 @@ def substitute(expr, mapping: dict):
     return tvm_ffi.structural_map(expr, [(ir.Var, on_var)])
 
 
+def _c(x):
+    return tirx.const(int(x), "int32")
+
+
+def clear_groups(thread, groups):
+    """`thread` with the digits of every replication group set to 0 (the group's base thread)."""
+    for stride, count in groups:
+        thread = thread - tirx.floormod(tirx.floordiv(thread, _c(stride)), _c(count)) * _c(stride)
+    return thread
+
+
+def compress_groups(thread, groups):
+    """`thread` with the digits of every replication group removed (the base threads numbered
+    densely), so the map element -> (base thread, index) can be inverted as a bijection."""
+    for stride, count in sorted(groups, reverse=True):
+        thread = tirx.floordiv(thread, _c(stride * count)) * _c(stride) + tirx.floormod(thread, _c(stride))
+    return thread
+
+
+def spread(rep, groups):
+    """The offset of the `rep`-th holder from the base thread: sum_k digit_k(rep) * stride_k."""
+    offset, place = _c(0), 1
+    for stride, count in groups:
+        offset = offset + tirx.floormod(tirx.floordiv(rep, _c(place)), _c(count)) * _c(stride)
+        place *= count
+    return offset
+
+
 @dataclass
 class Fragment:
     """Logical index -> (thread, register index), over `num_threads` threads.
 
     Attributes:
         shape: the logical shape (ints).
-        vars: one placeholder Var per logical dimension, used by `thread` and `index`.
-        thread: the thread id as an expression of `vars` (and of `rep_var` when replicated).
-        index: the register index as an expression of `vars`.
+        vars: one placeholder Var per logical dimension.
+        base: the (first) thread holding element `vars`.
+        index: the register index of element `vars` (the same in every holder).
         num_threads: the threads the layout spans.
-        replicate: how many threads hold each element.
-        vector_size: elements that are contiguous both in registers and along the last logical
-            dimension (a hint for vectorized accesses).
+        groups: replication digit ranges [(stride, count)]; empty when each element has one holder.
+        vector_size: elements contiguous both in registers and along the last dimension.
     """
 
     shape: tuple
     vars: list
-    thread: object
+    base: object
     index: object
     num_threads: int
-    replicate: int = 1
-    rep_var: object = None
+    groups: list = field(default_factory=list)
     vector_size: int = 1
     _local_size: int | None = field(default=None, repr=False)
 
+    # ---- basic properties -------------------------------------------------------------------
+    @property
+    def replicate(self) -> int:
+        return math.prod(c for _, c in self.groups) if self.groups else 1
+
+    @property
+    def thread(self):
+        """Holder thread as an expression of `vars` and `rep_var` (rep_var only when replicated)."""
+        return self.base + spread(self.rep_var, self.groups) if self.groups else self.base
+
+    @property
+    def rep_var(self):
+        if not hasattr(self, "_rep"):
+            self._rep = tirx.Var("rep", "int32")
+        return self._rep
+
     def map(self, indices, rep=None):
-        """(thread, register index) of the element at `indices`."""
+        """(thread, register index) of the element at `indices` (its `rep`-th holder)."""
         mapping = dict(zip(self.vars, indices))
-        if self.rep_var is not None:
-            mapping[self.rep_var] = rep if rep is not None else tirx.const(0, "int32")
-        return substitute(self.thread, mapping), substitute(self.index, mapping)
+        thread = substitute(self.base, mapping)
+        if self.groups and rep is not None:
+            thread = thread + spread(rep, self.groups)
+        return thread, substitute(self.index, mapping)
+
+    def tables(self):
+        """(base thread, register index) of every element, as flat arrays in row-major order."""
+        points = dict(zip(self.vars, grid(self.shape)))
+        return evaluate(self.base, points).reshape(-1), evaluate(self.index, points).reshape(-1)
 
     @property
     def local_size(self) -> int:
         """Registers each thread holds."""
         if self._local_size is None:
-            ana = sym.Analyzer()
-            for v, n in zip(self.vars, self.shape):
-                ana.bind(v, ir.Range(0, n))
-            self._local_size = int(ana.const_int_bound(self.index).max_value) + 1
+            self._local_size = int(self.tables()[1].max()) + 1
         return self._local_size
 
-    def inverse(self):
-        """(vars_of, predicate): logical indices as a function of (thread, register index).
+    def holds(self, threads, element_indices):
+        """Element-wise: does thread `threads[k]` hold element `element_indices[.][k]`? (numpy arrays)"""
+        base = evaluate(self.base, dict(zip(self.vars, element_indices)))
+        t = tirx.Var("t", "int32")
+        cleared = evaluate(clear_groups(t, self.groups), {t: threads})
+        return cleared == base
 
-        Returns a function `(thread, index) -> (list of logical index exprs, valid)`; `valid` is
-        false for (thread, index) pairs that hold no element (the padding of a tile whose size is
-        not a multiple of the threads).
+    def holder_threads(self, element_indices):
+        """All holders of each element: array [replicate, n] (numpy)."""
+        base = evaluate(self.base, dict(zip(self.vars, element_indices)))
+        reps = np.arange(self.replicate, dtype=np.int64)
+        r = tirx.Var("r", "int32")
+        offsets = evaluate(spread(r, self.groups), {r: reps}) if self.groups else np.zeros(1, np.int64)
+        return base[None, :] + offsets[:, None]
+
+    # ---- algebra ----------------------------------------------------------------------------
+    def inverse(self):
+        """Logical indices as a function of (thread, register index).
+
+        Returns `apply(thread, index) -> (list of logical index exprs, valid)`; `valid` is false
+        for (thread, index) pairs that hold no element (the padding of a tile whose size is not a
+        multiple of the threads). With replication, every holder maps back to the element.
         """
-        if self.replicate != 1:
-            raise NotImplementedError("inverse of a replicated fragment")
-        vars_, thread, index = self.vars, self.thread, self.index
-        imap = IndexMap(vars_, [thread, index], None)
+        groups = self.groups
+        base = sym.Analyzer().simplify(compress_groups(self.base, groups)) if groups else self.base
+        imap = IndexMap(list(self.vars), [base, self.index], None)
         inv, padding = imap.non_surjective_inverse(list(self.shape))
 
         def apply(t, r):
-            mapping = dict(zip(inv.initial_indices, [t, r]))
+            mapping = dict(zip(inv.initial_indices, [compress_groups(t, groups), r]))
             valid = sym.Analyzer().simplify(tirx.Not(substitute(padding, mapping)))
             return [substitute(e, mapping) for e in inv.final_indices], valid
 
@@ -103,26 +173,29 @@ class Fragment:
     def with_shape_vars(self, new_vars):
         """The same layout written over other placeholder vars (e.g. a loop's own variables)."""
         mapping = dict(zip(self.vars, new_vars))
-        return Fragment(tuple(self.shape), list(new_vars), substitute(self.thread, mapping),
-                        substitute(self.index, mapping), self.num_threads, self.replicate, self.rep_var,
-                        self.vector_size)
+        return Fragment(tuple(self.shape), list(new_vars), substitute(self.base, mapping),
+                        substitute(self.index, mapping), self.num_threads, list(self.groups), self.vector_size)
 
     def is_equivalent(self, other: "Fragment") -> bool:
-        """Same shape, threads and (thread, index) for every element."""
+        """Same shape, threads, holders and register index for every element."""
         if tuple(self.shape) != tuple(other.shape) or self.num_threads != other.num_threads:
             return False
-        if self.replicate != other.replicate:
+        if sorted(self.groups) != sorted(other.groups):
             return False
-        o = other.with_shape_vars(self.vars)
-        ana = sym.Analyzer()
-        for v, n in zip(self.vars, self.shape):
-            ana.bind(v, ir.Range(0, n))
-        return bool(ana.can_prove_equal(self.thread, o.thread)) and bool(ana.can_prove_equal(self.index, o.index))
+        a_base, a_index = self.tables()
+        b_base, b_index = other.tables()
+        return bool(np.array_equal(a_base, b_base) and np.array_equal(a_index, b_index))
+
+    def is_injective(self) -> bool:
+        """Whether no two elements share a (holder, register) pair."""
+        base, index = self.tables()
+        return len(set(zip(base.tolist(), index.tolist()))) == base.size
 
     def __str__(self) -> str:
         args = ", ".join(v.name for v in self.vars)
-        return f"Fragment({list(self.shape)}: ({args}) -> thread {self.thread}, index {self.index}; " \
-               f"{self.num_threads} threads)"
+        rep = f", replicated over {self.groups}" if self.groups else ""
+        return f"Fragment({list(self.shape)}: ({args}) -> thread {self.base}, index {self.index}; " \
+               f"{self.num_threads} threads{rep})"
 
 
 def partition(shape, num_threads: int, vector_size: int = 1) -> Fragment:
@@ -133,12 +206,12 @@ def partition(shape, num_threads: int, vector_size: int = 1) -> Fragment:
     ceil(size / num_threads) elements) and gives coalesced, vectorized global accesses.
     """
     vars_ = placeholder_vars(len(shape))
-    flat = tirx.const(0, "int32")
+    flat = _c(0)
     for v, n in zip(vars_, shape):
-        flat = flat * n + v
+        flat = flat * _c(n) + v
     per_round = num_threads * vector_size
-    thread = tirx.floormod(tirx.floordiv(flat, vector_size), num_threads)
-    index = tirx.floordiv(flat, per_round) * vector_size + tirx.floormod(flat, vector_size)
+    thread = tirx.floormod(tirx.floordiv(flat, _c(vector_size)), _c(num_threads))
+    index = tirx.floordiv(flat, _c(per_round)) * _c(vector_size) + tirx.floormod(flat, _c(vector_size))
     ana = sym.Analyzer()
     for v, n in zip(vars_, shape):
         ana.bind(v, ir.Range(0, n))
@@ -146,20 +219,84 @@ def partition(shape, num_threads: int, vector_size: int = 1) -> Fragment:
                     vector_size=vector_size)
 
 
+class IrregularLayout(Exception):
+    """A layout whose holders of a reduced row do not form digit ranges of the thread id."""
+
+
+def _digit_groups(offsets: np.ndarray):
+    """Decompose a set of thread offsets {0, ...} into digit ranges [(stride, count)], or raise."""
+    values = sorted(set(int(x) for x in offsets))
+    groups, covered = [], {0}
+    remaining = [v for v in values if v not in covered]
+    while remaining:
+        stride = remaining[0]
+        count = 1
+        while all((count * stride + c) in values for c in covered):
+            count += 1
+        if any(c >= stride for c in covered if c) and groups and stride < groups[-1][0] * groups[-1][1]:
+            raise IrregularLayout("overlapping digit ranges")
+        covered = {c + d * stride for c in covered for d in range(count)}
+        groups.append((stride, count))
+        remaining = [v for v in values if v not in covered]
+    if covered != set(values):
+        raise IrregularLayout(f"holders {values} are not a product of digit ranges")
+    return groups
+
+
+def reduced(src: Fragment, dim: int) -> Fragment:
+    """The layout of the result of reducing `src` along `dim`: element e is held by every thread
+    that held part of the reduced row of e, at one register slot per row.
+
+    Raises IrregularLayout when those threads do not form the same digit ranges for every row.
+    """
+    if src.groups:
+        raise IrregularLayout("the source of a reduction must not be replicated")
+    ndim = len(src.shape)
+    keep = [d for d in range(ndim) if d != dim]
+    out_shape = tuple(src.shape[d] for d in keep) or (1,)
+    threads = evaluate(src.base, dict(zip(src.vars, grid(src.shape)))).reshape(src.shape)
+    rows = np.moveaxis(threads, dim, -1).reshape(-1, src.shape[dim])  # [out elements, reduced]
+    lows = rows.min(axis=1)
+    offsets = rows - lows[:, None]
+    groups = _digit_groups(offsets.reshape(-1))
+    for row in offsets:  # every row must use the same digit ranges
+        if set(row.tolist()) != set(np.unique(offsets).tolist()):
+            raise IrregularLayout("rows are held by differently shaped thread groups")
+    out_vars = placeholder_vars(len(out_shape), "k")
+    point = []
+    it = iter(out_vars)
+    for d in range(ndim):
+        point.append(_c(0) if d == dim else next(it))
+    if not keep:
+        point = [_c(0) if d == dim else None for d in range(ndim)]
+    first_thread, first_index = src.map(point)
+    base = sym.Analyzer().simplify(clear_groups(first_thread, groups))
+    got = evaluate(base, dict(zip(out_vars, grid(out_shape)))).reshape(-1)
+    if not np.array_equal(got, lows):
+        raise IrregularLayout("the lowest holder of a row is not the row's first holder with digits cleared")
+    # One register slot per row: the first element's register, compacted by the common stride.
+    first = evaluate(first_index, dict(zip(out_vars, grid(out_shape)))).reshape(-1)
+    step = int(np.gcd.reduce(first)) if first.any() else 1
+    index = sym.Analyzer().simplify(tirx.floordiv(first_index, _c(step))) if step > 1 else first_index
+    candidate = Fragment(out_shape, out_vars, base, index, src.num_threads, groups)
+    if not candidate.is_injective():  # fall back to one slot per output element
+        flat = _c(0)
+        for v, n in zip(out_vars, out_shape):
+            flat = flat * _c(n) + v
+        candidate = Fragment(out_shape, out_vars, base, flat, src.num_threads, groups)
+    return candidate
+
+
 def to_ir(frag: Fragment):
     """The fragment as an IR value (an Array), to carry it in annotations between passes."""
-    import tvm_ffi
-
-    imap = IndexMap(list(frag.vars) + ([frag.rep_var] if frag.rep_var is not None else []),
-                    [frag.thread, frag.index], None)
-    return tvm_ffi.convert([imap, list(frag.shape), frag.num_threads, frag.replicate, frag.vector_size])
+    imap = IndexMap(list(frag.vars), [frag.base, frag.index], None)
+    groups = [[int(s), int(c)] for s, c in frag.groups]
+    return tvm_ffi.convert([imap, list(frag.shape), frag.num_threads, groups, frag.vector_size])
 
 
 def from_ir(value) -> Fragment:
     """Inverse of `to_ir`."""
-    imap, shape, num_threads, replicate, vector_size = value
-    vars_ = list(imap.initial_indices)
-    rep_var = vars_.pop() if int(replicate) > 1 else None
-    thread, index = imap.final_indices
-    return Fragment(tuple(int(s) for s in shape), vars_, thread, index, int(num_threads), int(replicate), rep_var,
-                    int(vector_size))
+    imap, shape, num_threads, groups, vector_size = value
+    base, index = imap.final_indices
+    return Fragment(tuple(int(s) for s in shape), list(imap.initial_indices), base, index, int(num_threads),
+                    [(int(s), int(c)) for s, c in groups], int(vector_size))

@@ -15,7 +15,7 @@ from tvm import tirx
 
 from tilelang.language.diagnostics import UserError
 from tilelang.op import base
-from tilelang.op.loops import parallel_nest
+from tilelang.op.loops import build_parallel_nest
 from tilelang.utils.ir import const_int, is_one, is_zero
 
 NAME = "copy"
@@ -75,7 +75,7 @@ def lower_simt(call, span=None) -> tirx.Stmt:
             value = tirx.Cast(str(d.buffer.dtype), value)
         return tirx.BufferStore(d.buffer, value, dst_idx)
 
-    loop = parallel_nest(d, body, span=span)
+    loop = build_parallel_nest(d, body, span=span)
     if width and isinstance(loop, tirx.For):
         loop = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body,
                         annotations={"coalesced_width": width}, span=loop.span)

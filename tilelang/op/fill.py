@@ -10,7 +10,7 @@ from tvm import tirx
 
 from tilelang.language.diagnostics import UserError
 from tilelang.op import base
-from tilelang.op.loops import parallel_nest
+from tilelang.op.loops import build_parallel_nest
 
 NAME = "fill"
 
@@ -47,4 +47,4 @@ def lower(call, span=None) -> tirx.Stmt:
     def body(idx, _loop_vars):
         return tirx.BufferStore(region.buffer, value, idx)
 
-    return parallel_nest(region, body, span=span)
+    return build_parallel_nest(region, body, span=span)

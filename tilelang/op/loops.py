@@ -1,4 +1,5 @@
-"""Building `T.Parallel` loop nests over a region: the form element-wise tile ops lower to."""
+"""`T.Parallel` loop nests: building one over a region (the form element-wise tile ops lower to),
+and taking one apart."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from tvm import tirx
 from tilelang.utils.ir import is_one, is_zero
 
 
-def parallel_nest(region, body_fn, span=None) -> tirx.Stmt:
+def build_parallel_nest(region, body_fn, span=None) -> tirx.Stmt:
     """`for v0, v1, ... in T.Parallel(*tile extents): body_fn(indices of region, [v0, v1, ...])`.
 
     One loop per non-unit extent of `region`; unit dimensions are indexed at their start.
@@ -27,3 +28,18 @@ def parallel_nest(region, body_fn, span=None) -> tirx.Stmt:
     for v, extent in reversed(loop_vars):
         stmt = tirx.For(v, tirx.const(0, "int32"), extent, tirx.ForKind.PARALLEL, stmt, span=span)
     return stmt
+
+
+def is_parallel(loop) -> bool:
+    return isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.PARALLEL
+
+
+def split_parallel_nest(loop):
+    """(loop vars, extents, innermost body) of a nest of directly nested parallel loops."""
+    vars_, extents = [], []
+    node = loop
+    while is_parallel(node):
+        vars_.append(node.loop_var)
+        extents.append(node.extent)
+        node = node.body
+    return vars_, extents, node

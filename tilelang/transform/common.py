@@ -18,21 +18,6 @@ def is_thread_extent(stmt, prefix: str = "") -> bool:
             and isinstance(stmt.node, tirx.IterVar) and stmt.node.thread_tag.startswith(prefix))
 
 
-def is_parallel(loop) -> bool:
-    return isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.PARALLEL
-
-
-def parallel_nest(loop):
-    """(loop vars, extents, innermost body) of a nest of directly nested parallel loops."""
-    vars_, extents = [], []
-    node = loop
-    while is_parallel(node):
-        vars_.append(node.loop_var)
-        extents.append(node.extent)
-        node = node.body
-    return vars_, extents, node
-
-
 class Scope:
     """An analyzer that knows the ranges of loop, thread and block variables, and let values."""
 
@@ -122,11 +107,7 @@ def walk(node, callbacks, order: str = "pre") -> None:
         raise errors[0]
 
 
-def collect(node, kind) -> list:
-    """Every sub-node of `node` of type `kind`, in pre-order."""
-    out = []
-    tvm_ffi.structural_walk(node, [(kind, out.append)], order="pre")
-    return out
+from tilelang.utils.ir import collect  # noqa: E402,F401  (re-exported for passes)
 
 
 def buffers_accessed(node):

@@ -1,4 +1,4 @@
-"""Pass `expand_elementwise_ops`: `T.copy` and `T.fill` become `T.Parallel` loop nests.
+"""Pass `expand_elementwise_ops`: `T.copy`, `T.fill` and tile `T.atomic_add` become `T.Parallel` loops.
 
 Before:  tl_copy(A[by * 128:by * 128 + 128, 0:64], A_s[0:128, 0:64], 0)
 After:   for i0, i1 in T.Parallel(128, 64): A_s[i0, i1] = A[by * 128 + i0, i1]
@@ -13,9 +13,9 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import tirx
 
-from tilelang.op import base, copy, fill
+from tilelang.op import atomic, base, copy, fill
 
-_LOWERINGS = {copy.NAME: copy.lower_simt, fill.NAME: fill.lower}
+_LOWERINGS = {copy.NAME: copy.lower_simt, fill.NAME: fill.lower, atomic.NAME: atomic.lower}
 
 
 def expand_elementwise_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:

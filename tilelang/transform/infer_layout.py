@@ -1,175 +1,270 @@
-"""Pass `infer_layout`: decide which thread runs each `T.Parallel` iteration and holds each fragment element.
+"""Pass `infer_layout`: which thread runs each `T.Parallel` iteration and holds each fragment element.
 
-Levels, as in TileLang:
-  strict  layouts fixed by an instruction or the user (none yet in this version of the compiler);
-  common  a loop that touches a fragment whose layout is known takes its loop layout from that
-          fragment (iteration (i, j) runs where the element it touches lives); the loop then gives
-          its layout to the other fragments it touches; repeated until nothing changes;
-  free    the first loop still without a layout gets the plain spread over the threads
-          (`layout.fragment.partition`), vectorized as wide as its accesses allow; then common again.
+Three levels, as in TileLang, each a function of its own:
+  strict  layouts fixed by the user (`T.annotate_layout`, `T.Parallel(loop_layout=...)`) or an
+          instruction; they are set first and never changed;
+  common  breadth-first propagation: a loop touching a fragment with a layout runs each iteration
+          where its element lives and gives its layout to the other fragments it touches; a
+          reduction gives its destination the reduced layout of its source;
+  free    what remains is grouped into connected components (ops sharing fragments); each
+          component tries every loop as its root with the plain spread over the threads, and
+          keeps the attempt that needs the fewest registers; then common again.
 
 Before:  for i, j in T.Parallel(128, 64): C_f[i, j] = A_s[i, j]        (128 threads)
 After:   the loop carries annotation `tl.loop_layout` (thread = (i*64+j)//4 % 128, vector 4) and the
-         function attribute `tl.fragment_layouts` maps C_f to the same layout.
+         function attribute `tl.fragment_layouts` maps C_f to the same layout; annotated shared
+         layouts go to `tl.shared_layouts`.
 
-Requires: copies and fills expanded to loops. Guarantees: every parallel loop and every fragment of
-a kernel has a layout, or a UserError names the fragment, the two uses that disagree and their lines.
+Requires: copies and fills expanded to loops. Guarantees: every parallel loop and every fragment
+has a layout, or a UserError names the fragment, the uses that disagree and their lines.
 """
 
 from __future__ import annotations
 
 import tvm_ffi
-from tvm import ir, tirx
+from tvm import tirx
 
 from tilelang.language.diagnostics import at_span
 from tilelang.layout import fragment as fl
-from tilelang.transform.common import Scope, is_parallel, mutate_with_scope, parallel_nest
-from tilelang.transform.plan_vectorize import plan_vector_size
+from tilelang.layout import layout as sl
+from tilelang.op import base, parallel
+from tilelang.op import reduce as reduce_op
+from tilelang.op.loops import is_parallel
+from tilelang.transform.common import Scope, mutate_with_scope
 
 LOOP_LAYOUT = "tl.loop_layout"
 FRAGMENT_LAYOUTS = "tl.fragment_layouts"
+SHARED_LAYOUTS = "tl.shared_layouts"
+ANNOTATED_LAYOUTS = "tl.annotated_layouts"  # set by T.annotate_layout (language/annotations.py)
 
 
-class _Loop:
-    """An outermost T.Parallel nest and what inference needs to know about it."""
+class ReduceNode:
+    """A `tl.reduce` call, as seen by layout inference."""
 
-    def __init__(self, loop, threads):
-        self.loop = loop
-        self.vars, self.extents, self.body = parallel_nest(loop)
-        self.thread_expr, self.num_threads = threads
-        self.layout = None
-        self.fragment_accesses = []  # (buffer, indices, is_store)
+    kind = "reduce"
 
-        def on_load(ld):
-            if ld.source.scope() == "local.fragment":
-                self.fragment_accesses.append((ld.source, list(ld.indices), False))
-
-        def on_store(st):
-            if st.buffer.scope() == "local.fragment":
-                self.fragment_accesses.append((st.buffer, list(st.indices), True))
-
-        tvm_ffi.structural_walk(self.body, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store)])
+    def __init__(self, call, span, threads):
+        self.call, self.span = call, span
+        self.red = reduce_op.Reduction(call)
+        self.num_threads = threads[1]
 
     @property
-    def shape(self):
-        return tuple(int(e) for e in self.extents)
+    def fragments(self):
+        return [self.red.src, self.red.dst] if self.red.on_fragments else []
+
+    def describe(self) -> str:
+        return f"T.reduce_{self.red.kind}({self.red.src.name}, {self.red.dst.name})"
 
 
-def _collect_loops(func):
+# ---- collection ----------------------------------------------------------------------------------
+
+def _collect(func):
     scope = Scope()
-    loops = []
+    nodes = []
 
     def on_for(loop, recurse):
         if is_parallel(loop):
-            if scope.thread_var()[1] == 1 and not scope.threads:
+            if not scope.threads:
                 raise at_span("T.Parallel must be inside `with T.Kernel(...)`", loop.span)
-            loops.append(_Loop(loop, scope.thread_var()))
+            nodes.append(parallel.LoopNode(loop, scope.thread_var()))
             return loop  # nested parallel loops belong to this nest
         return recurse(loop)
 
-    mutate_with_scope(func.body, scope, {tirx.For: on_for})
-    return loops, scope.analyzer
+    def on_eval(stmt, recurse):
+        if base.is_tile_op(stmt.value, reduce_op.NAME):
+            nodes.append(ReduceNode(stmt.value, stmt.span, scope.thread_var()))
+        return stmt
+
+    mutate_with_scope(func.body, scope, {tirx.For: on_for, tirx.Evaluate: on_eval})
+    return nodes, scope.analyzer
 
 
-def _is_identity(indices, loop) -> bool:
-    return len(indices) == len(loop.vars) and all(
-        isinstance(i, ir.Var) and i.same_as(v) for i, v in zip(indices, loop.vars))
+class _State:
+    """Layouts found so far; copied for the trial runs of the free level."""
+
+    def __init__(self, analyzer):
+        self.analyzer = analyzer
+        self.fragments = {}  # buffer -> Fragment
+        self.sources = {}  # buffer -> span of the use that fixed its layout
+        self.loops = {}  # LoopNode -> Fragment
+        self.reduced = set()  # ReduceNodes whose destination layout is settled
+
+    def copy(self):
+        other = _State(self.analyzer)
+        other.fragments, other.sources, other.loops = dict(self.fragments), dict(self.sources), dict(self.loops)
+        other.reduced = set(self.reduced)
+        return other
+
+    def pending(self, node) -> bool:
+        if node.kind == "parallel":
+            return node not in self.loops
+        return node.red.on_fragments and node not in self.reduced
 
 
-def _loop_layout_from(frag, indices, loop, analyzer):
-    """The loop layout under which iteration `loop.vars` touches `frag[indices]` on its owner thread."""
-    thread, index = frag.map(indices)
-    vec = 1
-    if _is_identity(indices, loop) and frag.vector_size > 1:
-        vec = plan_vector_size(loop.vars, loop.extents, loop.body, analyzer, limit=frag.vector_size)
-    layout = fl.Fragment(loop.shape, list(loop.vars), analyzer.simplify(thread), analyzer.simplify(index),
-                         frag.num_threads, vector_size=vec)
-    return layout
+def _give(state, buffer, layout, span, node):
+    """Record `buffer`'s layout, or check it agrees with the one it already has."""
+    if buffer in state.fragments:
+        old = state.fragments[buffer]
+        if not old.is_equivalent(layout):
+            raise at_span(f"layout inference: fragment '{buffer.name}' is used by two operations that need "
+                          f"different layouts: its layout came from the first location below, and "
+                          f"{node.describe()} at the second needs another", state.sources[buffer], span)
+        return
+    state.fragments[buffer] = layout
+    state.sources[buffer] = span
 
 
-def _check_bijective(layout, loop, buffer):
+def _settle_loop(state, node, layout):
+    """Fix a loop's layout; give it to the fragments it touches, check those that have one."""
+    state.loops[node] = layout
+    node_layout_backup, node.layout = node.layout, layout
     try:
-        layout.inverse()
-    except Exception:  # noqa: BLE001 (TVM raises a generic error when the map is not invertible)
-        raise at_span(
-            f"layout inference: the T.Parallel loop of shape {list(loop.shape)} touches fragment "
-            f"'{buffer.name}' at indices that do not cover it one element per iteration; "
-            f"loops over a fragment must index it with their own loop variables",
-            loop.loop.span) from None
+        for buffer, indices, _ in node.accesses:
+            if buffer in state.fragments:
+                if not parallel.runs_where_held(layout, state.fragments[buffer], indices, node.vars):
+                    raise at_span(
+                        f"layout inference: fragment '{buffer.name}' is used by two operations that need "
+                        f"different layouts: its layout came from the first location below, and the "
+                        f"{node.describe()} at the second would run its elements on other threads",
+                        state.sources[buffer], node.span)
+            else:
+                _give(state, buffer, parallel.fragment_layout_from(node, indices, buffer), node.span, node)
+    finally:
+        node.layout = node_layout_backup
 
 
-def _fragment_layout_from(loop, indices, buffer):
-    """The fragment layout that loop layout `loop.layout` gives `buffer`, accessed at `indices`.
+# ---- the three levels ----------------------------------------------------------------------------
 
-    The access must visit each element once: the indices are the loop variables in some order,
-    over the fragment's whole shape. Then element e lives where the iteration touching it runs.
-    """
-    shape = tuple(int(s) for s in buffer.shape)
-    perm = []
-    for idx in indices:
-        hit = [k for k, v in enumerate(loop.vars) if isinstance(idx, ir.Var) and idx.same_as(v)]
-        perm.append(hit[0] if hit else None)
-    if None in perm or sorted(perm) != list(range(len(loop.vars))) or \
-            tuple(loop.shape[k] for k in perm) != shape:
-        raise at_span(
-            f"layout inference: cannot derive a layout for fragment '{buffer.name}' of shape "
-            f"{list(shape)} from a T.Parallel loop of shape {list(loop.shape)} indexing it as "
-            f"[{', '.join(str(i) for i in indices)}]; index a fragment with the loop variables of a "
-            f"loop over its own shape", loop.loop.span)
-    elem_vars = fl.placeholder_vars(len(indices), "j")
-    loop_point = [None] * len(loop.vars)
-    for d, k in enumerate(perm):
-        loop_point[k] = elem_vars[d]
-    thread, index = loop.layout.map(loop_point)
-    vec = loop.layout.vector_size if perm == sorted(perm) else 1
-    return fl.Fragment(shape, elem_vars, thread, index, loop.layout.num_threads, vector_size=vec)
+def strict_level(func, nodes, state):
+    """User-annotated fragment layouts and loop layouts."""
+    annotated = func.attrs.get(ANNOTATED_LAYOUTS) if func.attrs is not None else None
+    for buffer, value in (annotated or {}).items():
+        if buffer.scope() == "local.fragment":
+            _give(state, buffer, fl.from_ir(value), None, None)
+    for node in nodes:
+        if node.kind == "parallel" and "loop_layout" in node.loop.annotations:
+            _settle_loop(state, node, fl.from_ir(node.loop.annotations["loop_layout"]).with_shape_vars(node.vars))
 
 
-def _assign(loop, layouts, sources, analyzer):
-    """Give the loop's layout to the fragments it touches; check those that have one already."""
-    for buffer, indices, _ in loop.fragment_accesses:
-        if buffer in layouts:
-            frag = layouts[buffer]
-            thread, _ = frag.map(indices)
-            if not analyzer.can_prove_equal(thread, loop.layout.thread):
-                raise at_span(
-                    f"layout inference: fragment '{buffer.name}' is used by two loops that need different "
-                    f"layouts (its layout came from the first location below; the second loop would run "
-                    f"its elements on other threads)", sources[buffer], loop.loop.span)
-        else:
-            layouts[buffer] = _fragment_layout_from(loop, indices, buffer)
-            sources[buffer] = loop.loop.span
+def common_level(nodes, state):
+    """Propagate from known layouts until nothing changes. Returns True if anything was set."""
+    progress_any = False
+    progress = True
+    while progress:
+        progress = False
+        for node in nodes:
+            if node.kind == "parallel" and node not in state.loops:
+                known = [a for a in node.accesses if a[0] in state.fragments]
+                if not known:
+                    continue
+                stores = [a for a in known if a[2]]
+                layout = None
+                for buffer, indices, _ in stores + [a for a in known if not a[2]]:
+                    try:
+                        layout = parallel.loop_layout_from(state.fragments[buffer], indices, node, state.analyzer)
+                        break
+                    except Exception:  # noqa: BLE001 (this fragment's indices repeat: try another)
+                        continue
+                if layout is None:
+                    continue  # the free level gives it a layout, then checks the fragments
+                _settle_loop(state, node, layout)
+                progress = progress_any = True
+            elif node.kind == "reduce" and state.pending(node):
+                red = node.red
+                if red.src in state.fragments:
+                    dst = reduce_op.infer_dst_layout(state.fragments[red.src], red.dim, node.span)
+                    _give(state, red.dst, dst, node.span, node)
+                    state.reduced.add(node)
+                    progress = progress_any = True
+    return progress_any
+
+
+def _components(pending):
+    """Connected components of the pending nodes, linked by the fragments they share."""
+    comps = []
+    for node in pending:
+        frags = set(node.fragments)
+        joined = [c for c in comps if c[1] & frags]
+        merged = ([node], frags)
+        for c in joined:
+            merged = (c[0] + merged[0], c[1] | merged[1])
+            comps.remove(c)
+        comps.append(merged)
+    return [sorted(c[0], key=pending.index) for c in comps]
+
+
+def _register_cost(state, buffers):
+    import tvm
+
+    cost = 0
+    for b in buffers:
+        if b in state.fragments:
+            cost += state.fragments[b].local_size * tvm.DataType(str(b.dtype)).bits
+    return cost
+
+
+def free_level(nodes, state):
+    """Give the first unresolved component the cheapest root layout. Returns True if it did."""
+    pending = [n for n in nodes if state.pending(n)]
+    if not pending:
+        return False
+    component = _components(pending)[0]
+    roots = [n for n in component if n.kind == "parallel"]
+    if not roots:
+        node = component[0]
+        raise at_span(f"layout inference: the layout of fragment '{node.fragments[0].name}' cannot be inferred: "
+                      f"{node.describe()} needs its source's layout; write the source in a T.Parallel loop "
+                      f"or a copy first", node.span)
+    buffers = set(b for n in component for b in n.fragments)
+    best, best_cost, first_error = None, None, None
+    for root in roots:
+        trial = state.copy()
+        try:
+            _settle_loop(trial, root, parallel.free_layout(root, trial.analyzer, _coalesced_width(root.loop)))
+            common_level(component, trial)
+            while True:  # complete the component: the next unresolved loop gets its plain spread
+                rest = [n for n in component if n.kind == "parallel" and trial.pending(n)]
+                if not rest:
+                    break
+                _settle_loop(trial, rest[0], parallel.free_layout(rest[0], trial.analyzer,
+                                                                  _coalesced_width(rest[0].loop)))
+                common_level(component, trial)
+        except Exception as err:  # noqa: BLE001 (a root that leads to a conflict is not a candidate)
+            first_error = first_error or err
+            continue
+        cost = _register_cost(trial, buffers)
+        if best is None or cost < best_cost:
+            best, best_cost = trial, cost
+    if best is None:
+        raise first_error
+    state.fragments, state.sources, state.loops, state.reduced = best.fragments, best.sources, best.loops, best.reduced
+    return True
+
+
+def _coalesced_width(loop) -> int:
+    value = loop.annotations.get("coalesced_width") if loop.annotations else None
+    return int(value) if value is not None else 0
 
 
 def infer_layout(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    loops, analyzer = _collect_loops(func)
-    layouts, sources = {}, {}
-    pending = list(loops)
-    while pending:
-        chosen = None
-        for loop in pending:  # common: a loop touching a fragment with a known layout
-            known = [a for a in loop.fragment_accesses if a[0] in layouts]
-            if known:
-                stores = [a for a in known if a[2]]
-                buffer, indices, _ = (stores or known)[0]
-                loop.layout = _loop_layout_from(layouts[buffer], indices, loop, analyzer)
-                _check_bijective(loop.layout, loop, buffer)
-                chosen = loop
-                break
-        if chosen is None:  # free: the first remaining loop gets the plain spread over its threads
-            chosen = pending[0]
-            vec = plan_vector_size(chosen.vars, chosen.extents, chosen.body, analyzer,
-                                   limit=_coalesced_width(chosen.loop))
-            total = 1
-            for n in chosen.shape:
-                total *= n
-            while vec > 1 and total % (chosen.num_threads * vec) != 0:
-                vec //= 2  # wider vectors would leave threads idle or split a round unevenly
-            chosen.layout = fl.partition(chosen.shape, chosen.num_threads, vec).with_shape_vars(chosen.vars)
-        _assign(chosen, layouts, sources, analyzer)
-        pending.remove(chosen)
+    nodes, analyzer = _collect(func)
+    state = _State(analyzer)
+    strict_level(func, nodes, state)
+    common_level(nodes, state)
+    while free_level(nodes, state):
+        common_level(nodes, state)
+    _check_complete(func, nodes, state)
+    return _annotate(func, nodes, state)
 
-    by_var = {loop.vars[0]: loop.layout for loop in loops}
+
+def _check_complete(func, nodes, state):
+    for node in nodes:
+        if node.kind == "reduce" and state.pending(node):
+            raise at_span(f"layout inference: {node.describe()}: the source's layout could not be inferred", node.span)
+
+
+def _annotate(func, nodes, state):
+    by_var = {node.vars[0]: layout for node, layout in state.loops.items()}
 
     def on_for(loop):
         if loop.loop_var in by_var:
@@ -179,13 +274,25 @@ def infer_layout(func: tirx.PrimFunc) -> tirx.PrimFunc:
                             ann, span=loop.span)
         return loop
 
-    body = tvm_ffi.structural_map(func.body, [(tirx.For, on_for)])
-    func = func.with_body(body)
-    if layouts:
-        func = func.with_attr(FRAGMENT_LAYOUTS, tvm_ffi.convert({b: fl.to_ir(f) for b, f in layouts.items()}))
+    func = func.with_body(tvm_ffi.structural_map(func.body, [(tirx.For, on_for)]))
+    if state.fragments:
+        func = func.with_attr(FRAGMENT_LAYOUTS, tvm_ffi.convert({b: fl.to_ir(f) for b, f in state.fragments.items()}))
+    annotated = func.attrs.get(ANNOTATED_LAYOUTS) if func.attrs is not None else None
+    shared = {b: v for b, v in (annotated or {}).items() if b.scope() != "local.fragment"}
+    if shared:
+        func = func.with_attr(SHARED_LAYOUTS, tvm_ffi.convert(shared))
+    if annotated is not None:
+        func = func.without_attr(ANNOTATED_LAYOUTS)
     return func
 
 
-def _coalesced_width(loop) -> int:
-    value = loop.annotations.get("coalesced_width") if loop.annotations else None
-    return int(value) if value is not None else 0
+def shared_layout_to_ir(layout: sl.Layout):
+    from tvm.tirx import IndexMap
+
+    return tvm_ffi.convert([IndexMap(list(layout.vars), [layout.forward], None), list(layout.shape),
+                            layout.physical_size])
+
+
+def shared_layout_from_ir(value) -> sl.Layout:
+    imap, shape, size = value
+    return sl.Layout(tuple(int(s) for s in shape), list(imap.initial_indices), imap.final_indices[0], int(size))

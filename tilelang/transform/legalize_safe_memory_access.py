@@ -16,6 +16,7 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import ir, tirx
 
+from tilelang.op import atomic
 from tilelang.transform.common import Scope, mutate_with_scope
 from tilelang.utils.ir import dtype_of
 
@@ -65,4 +66,14 @@ def legalize_safe_memory_access(func: tirx.PrimFunc) -> tirx.PrimFunc:
             return tirx.IfThenElse(guard, new, None, span=store.span)
         return new
 
-    return func.with_body(mutate_with_scope(func.body, scope, {tirx.BufferStore: on_store}))
+    def on_eval(stmt, recurse):
+        # An element atomic (`T.atomic_add`) writes through the address of its first argument.
+        call = stmt.value
+        if not (isinstance(call, ir.Call) and getattr(call.op, "name", "") == "tirx.call_extern"
+                and str(call.args[0].value) == atomic.ELEMENT):
+            return stmt
+        target = call.args[1].args[0]
+        guard = _in_bounds(target.source, target.indices, ana) if _is_global(target.source) else None
+        return tirx.IfThenElse(guard, stmt, None, span=stmt.span) if guard is not None else stmt
+
+    return func.with_body(mutate_with_scope(func.body, scope, {tirx.BufferStore: on_store, tirx.Evaluate: on_eval}))

@@ -41,3 +41,12 @@ def int32(x):
 
 def is_load(x) -> bool:
     return isinstance(x, ir.TensorLoad)
+
+
+def collect(node, kind) -> list:
+    """Every sub-node of `node` of type `kind`, in pre-order."""
+    import tvm_ffi
+
+    out = []
+    tvm_ffi.structural_walk(node, [(kind, out.append)], order="pre")
+    return out

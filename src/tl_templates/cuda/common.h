@@ -22,3 +22,16 @@ TL_DEVICE constexpr T ceil_div(T a, T b) {
 }
 
 }  // namespace tl
+
+// TVM's code generator holds 8 x float32 vectors (256 bits, e.g. fp16 loads widened to fp32) in
+// a ulonglong4 and builds a broadcast with make_ulonglong4 of eight floats: provide that overload.
+__host__ __device__ inline ulonglong4 make_ulonglong4(float a0, float a1, float a2, float a3, float a4, float a5,
+                                                      float a6, float a7) {
+  ulonglong4 out;
+  float2* lanes = reinterpret_cast<float2*>(&out);
+  lanes[0] = make_float2(a0, a1);
+  lanes[1] = make_float2(a2, a3);
+  lanes[2] = make_float2(a4, a5);
+  lanes[3] = make_float2(a6, a7);
+  return out;
+}

@@ -12,8 +12,12 @@ from tilelang.codegen import cuda
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples")
 sys.path.insert(0, os.path.join(EXAMPLES, "elementwise"))
 sys.path.insert(0, os.path.join(EXAMPLES, "copy"))
+sys.path.insert(0, os.path.join(EXAMPLES, "norm"))
+sys.path.insert(0, os.path.join(EXAMPLES, "softmax"))
 
 import example_elementwise_add  # noqa: E402
+import example_rms_norm  # noqa: E402
+import example_softmax  # noqa: E402
 import example_transpose  # noqa: E402
 
 ARCHS = ["sm_80", "sm_89", "sm_90a"]
@@ -22,6 +26,8 @@ KERNELS = {
     "vector_add_divisible": lambda: example_elementwise_add.vector_add.factory(1 << 20),
     "fused": lambda: example_elementwise_add.fused_scale_add_relu.factory(1000, 1000),
     "transpose": lambda: example_transpose.transpose.factory(1000, 777),
+    "rms_norm": lambda: example_rms_norm.rms_norm.factory(8192, 4096),
+    "softmax": lambda: example_softmax.softmax.factory(1000, 1000, 4, 128),
 }
 
 

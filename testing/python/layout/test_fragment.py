@@ -75,3 +75,31 @@ def test_map_gives_thread_and_register():
     flat = 3 * 16 + 5
     assert int(sym.Analyzer().simplify(thread)) == (flat // 2) % 32
     assert int(sym.Analyzer().simplify(index)) == (flat // 64) * 2 + flat % 2
+
+
+@pytest.mark.parametrize(
+    "shape,threads,vec,groups,slots",
+    [
+        ((1, 4096), 256, 8, [(1, 256)], 1),      # one row over every thread
+        ((8, 4096), 256, 8, [(1, 256)], 8),      # several rows, each over every thread
+        ((128, 64), 128, 4, [(1, 16)], 16),      # 16 threads per row, 8 rows per round
+        ((64, 32), 64, 2, [(1, 16)], 16),
+    ],
+)
+def test_reduced_layout_of_a_partition(shape, threads, vec, groups, slots):
+    src = fl.partition(shape, threads, vec)
+    dst = fl.reduced(src, 1)
+    assert dst.groups == groups and dst.local_size == slots and dst.shape == (shape[0],)
+    # every thread holding part of row i holds the result of row i
+    from tilelang.layout.evaluate import evaluate, grid
+
+    i, j = grid(shape)
+    holders = evaluate(src.base, {src.vars[0]: i, src.vars[1]: j})
+    assert dst.holds(holders, [i]).all()
+
+
+def test_reduced_layout_rejects_irregular_holders():
+    # rows of 12 elements over 16 threads: row 0 is on threads 0-11, row 1 on 12-15 and 0-7
+    src = fl.partition((4, 12), 16, 1)
+    with pytest.raises(fl.IrregularLayout):
+        fl.reduced(src, 1)

@@ -139,3 +139,65 @@ def test_idle_threads_avoided_when_tile_is_small():
 
     (layout,) = _loop_layouts(infer_layout(_prepare(main)))
     assert layout.vector_size == 1 and layout.local_size == 1
+
+
+def test_reduction_gives_a_replicated_destination():
+    @T.prim_func
+    def main(A: T.Tensor((128, 64), "float32"), B: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128):
+            x = T.alloc_fragment((128, 64), "float32")
+            m = T.alloc_fragment((128,), "float32")
+            T.copy(A, x)
+            T.reduce_max(x, m, dim=1)
+            T.copy(m, B)
+
+    func = infer_layout(_prepare(main))
+    layouts = _fragment_layouts(func)
+    assert layouts["m"].groups == [(1, 16)] and layouts["m"].local_size == 16
+    *_, store = _loop_layouts(func)  # the copy of m runs on every holder (a replicated loop)
+    assert store.groups == [(1, 16)]
+
+
+def test_free_level_picks_the_root_with_fewest_registers():
+    # Rooting at the 1-D loop first would give s a non-replicated layout that the reduction
+    # contradicts; rooting at the copy works and is what the free level must choose.
+    @T.prim_func
+    def main(A: T.Tensor((1, 4096), "float32"), B: T.Tensor((1, 4096), "float32")):
+        with T.Kernel(1, threads=256):
+            x = T.alloc_fragment((1, 4096), "float32")
+            s = T.alloc_fragment((1,), "float32")
+            T.copy(A, x)
+            T.reduce_sum(x, s, dim=1)
+            for i in T.Parallel(1):
+                s[i] = T.rsqrt(s[i])
+            for i, j in T.Parallel(1, 4096):
+                B[i, j] = x[i, j] * s[i]
+
+    layouts = _fragment_layouts(infer_layout(_prepare(main)))
+    assert layouts["x"].local_size == 16 and layouts["s"].groups == [(1, 256)]
+
+
+def test_annotated_fragment_layout_is_strict():
+    pinned = fl.partition((64, 64), 128, 1)  # no vectors, although the copy could use them
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            f = T.alloc_fragment((64, 64), "float32")
+            T.annotate_layout({f: pinned})
+            T.copy(A, f)
+            T.copy(f, B)
+
+    func = infer_layout(_prepare(main))
+    assert _fragment_layouts(func)["f"].is_equivalent(pinned)
+    assert all(lay.vector_size == 1 for lay in _loop_layouts(func))
+
+
+def test_annotate_layout_checks_the_shape():
+    with pytest.raises(Exception, match="is for shape"):
+        @T.prim_func
+        def main(A: T.Tensor((64, 64), "float32")):
+            with T.Kernel(1, threads=128):
+                f = T.alloc_fragment((64, 64), "float32")
+                T.annotate_layout({f: fl.partition((32, 64), 128, 1)})
+                T.copy(A, f)

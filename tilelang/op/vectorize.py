@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tvm import DataType, ir, tirx
 
-from tilelang.transform.common import collect
+from tilelang.utils.ir import collect
 from tilelang.utils.ir import const_int
 
 MAX_VECTOR_BITS = 128
@@ -79,15 +79,18 @@ def plan_vector_size(loop_vars, extents, body, analyzer, limit: int = 0) -> int:
     """The largest legal vector width (elements) for the innermost of `loop_vars`."""
     var = loop_vars[-1]
     inner = const_int(extents[-1])
-    if inner is None:
-        return 1
+    if inner is None or collect(body, tirx.Evaluate):
+        return 1  # unknown extent, or calls with side effects (atomics) that have no vector form
     loads = collect(body, ir.TensorLoad)
     stores = collect(body, tirx.BufferStore)
     accesses = [(ld.source, list(ld.indices)) for ld in loads] + [(st.buffer, list(st.indices)) for st in stores]
     memory = [(b, idx) for b, idx in accesses if b.scope() in ("global", "shared", "shared.dyn")]
-    # Every value computed in the loop becomes a vector of `vec` lanes: keep each within 128 bits.
-    bits = [tirx_bits(b) for b, _ in accesses] + [DataType(str(c.ty.dtype)).bits for c in collect(body, tirx.Cast)]
-    widths = [MAX_VECTOR_BITS // b for b in bits] or [1]
+    # Memory accesses are at most 128 bits; values computed in registers (e.g. fp16 widened to fp32)
+    # may take two registers' worth, 256 bits.
+    widths = [MAX_VECTOR_BITS // tirx_bits(b) for b, _ in memory]
+    widths += [2 * MAX_VECTOR_BITS // tirx_bits(b) for b, _ in accesses]
+    widths += [2 * MAX_VECTOR_BITS // DataType(str(c.ty.dtype)).bits for c in collect(body, tirx.Cast)]
+    widths = widths or [1]
     vec = min(min(widths), limit) if limit else min(widths)
     conds = [s.condition for s in collect(body, tirx.IfThenElse)]
     conds += [c.args[0] for c in collect(body, ir.Call) if getattr(c.op, "name", "") == "tirx.if_then_else"]

@@ -7,11 +7,11 @@ from tilelang.language.diagnostics import UserError
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import infer_layout
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
-from tilelang.transform.lower_parallel_loops import lower_parallel_loops
+from tilelang.transform.lower_tile_ops import lower_tile_ops
 
 
 def _run(func):
-    return lower_parallel_loops(infer_layout(legalize_safe_memory_access(expand_elementwise_ops(func))))
+    return lower_tile_ops(infer_layout(legalize_safe_memory_access(expand_elementwise_ops(func))))
 
 
 def test_vectorized_copy_through_a_fragment():
@@ -87,3 +87,43 @@ def test_each_kernel_uses_its_own_threads():
             A[bx * 128 + tx] = A[bx * 128 + tx] * T.float32(2.0)
 
     assert_ir_equal(_run(before), expected)
+
+
+def _reduce_kernel(rows, cols, threads):
+    @T.prim_func
+    def main(A: T.Tensor((rows, cols), "float32"), B: T.Tensor((rows,), "float32")):
+        with T.Kernel(1, threads=threads):
+            x = T.alloc_fragment((rows, cols), "float32")
+            m = T.alloc_fragment((rows,), "float32")
+            T.copy(A, x)
+            T.reduce_sum(x, m, dim=1)
+            T.copy(m, B)
+
+    return main
+
+
+def test_reduction_inside_a_warp_uses_shuffles_only():
+    text = _run(_reduce_kernel(128, 64, 128)).script()  # 16 lanes per row
+    assert text.count("tl::shfl_xor") == 4 and "workspace" not in text
+
+
+def test_reduction_across_warps_uses_shuffles_then_a_workspace():
+    text = _run(_reduce_kernel(1, 4096, 256)).script()  # one row over 8 warps
+    assert text.count("tl::shfl_xor") == 5
+    assert 'workspace_0 = T.alloc_buffer((256,), scope="shared.dyn")' in text
+
+
+def test_annotated_shared_layout_reindexes_every_access():
+    from tilelang.layout import make_swizzled_layout
+
+    @T.prim_func
+    def before(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16")):
+        with T.Kernel(1, threads=128):
+            s = T.alloc_shared((64, 64), "float16")
+            T.annotate_layout({s: make_swizzled_layout(s)})
+            T.copy(A, s)
+            T.copy(s, B)
+
+    text = _run(before).script()
+    assert 's = T.alloc_buffer((4096,), "float16", scope="shared.dyn")' in text
+    assert text.count("^") >= 2  # both the write and the read go through the XOR swizzle

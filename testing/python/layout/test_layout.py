@@ -1,0 +1,43 @@
+"""Shared-memory layouts: swizzles are permutations that spread a column of 16-byte chunks over banks."""
+
+import numpy as np
+import pytest
+import tvm
+
+from tilelang.layout import layout as sl
+from tilelang.layout.evaluate import evaluate
+
+
+@pytest.mark.parametrize("shape,bits,swizzle_bits", [((64, 64), 16, 3), ((32, 32), 32, 3), ((64, 32), 16, 2),
+                                                      ((32, 16), 16, 1), ((128, 128), 8, 3)])
+def test_swizzle_is_a_permutation(shape, bits, swizzle_bits):
+    assert sl.swizzle(shape, bits, swizzle_bits).is_bijective()
+
+
+def test_full_bank_swizzle_spreads_a_chunk_column_over_all_banks():
+    lay = sl.swizzle((64, 64), 16, 3)  # 128-byte rows of fp16
+    rows = np.arange(8)
+    for chunk in range(8):
+        offsets = evaluate(lay.forward, {lay.vars[0]: rows, lay.vars[1]: np.full(8, chunk * 8)})
+        banks = (offsets * 2 // 16) % 8  # 16-byte bank group of each row's chunk
+        assert sorted(banks.tolist()) == list(range(8))
+
+
+def test_swizzle_keeps_chunks_contiguous():
+    lay = sl.swizzle((16, 64), 16, 3)
+    for col in range(0, 64, 8):
+        offsets = evaluate(lay.forward, {lay.vars[0]: np.full(8, 5), lay.vars[1]: np.arange(col, col + 8)})
+        assert np.array_equal(np.diff(offsets), np.ones(7))
+
+
+class _Buf:
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, tvm.DataType(dtype)
+
+
+@pytest.mark.parametrize("shape,dtype,name", [((64, 64), "float16", "full_bank_swizzle"),
+                                              ((64, 32), "float16", "half_bank_swizzle"),
+                                              ((64, 16), "float16", "quarter_bank_swizzle"),
+                                              ((64, 4), "float16", "linear")])
+def test_make_swizzled_layout_picks_the_widest_swizzle(shape, dtype, name):
+    assert sl.make_swizzled_layout(_Buf(shape, dtype)).name == name

@@ -1,0 +1,67 @@
+"""Kernel annotations: `T.annotate_layout` (pin a buffer's layout) and `T.use_swizzle` (block order).
+
+`T.annotate_layout` records the layouts while the kernel is traced; `prim_func` stores them as the
+function attribute `tl.annotated_layouts`, which layout inference reads at its strict level.
+`T.use_swizzle` emits a `tl.use_swizzle` call that the `rasterize_blocks` pass turns into a
+remapping of the block indices.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from tilelang.language.diagnostics import UserError
+
+# {buffer var: layout object} recorded by T.annotate_layout during the current parse.
+annotated_layouts: dict = {}
+
+
+def annotate_layout(layout_map: dict):
+    """Pin the layout of shared tiles (a `Layout`, e.g. a swizzle) or fragments (a `Fragment`).
+
+    A value may also be a function of the buffer returning a layout.
+
+    Example:
+        T.annotate_layout({S_shared: tilelang.layout.make_swizzled_layout(S_shared)})
+    """
+    from tilelang.layout.fragment import Fragment
+    from tilelang.layout.layout import Layout
+
+    for buffer, layout in layout_map.items():
+        if callable(layout) and not isinstance(layout, (Layout, Fragment)):
+            layout = layout(buffer)
+        shape = tuple(int(s) for s in buffer.shape)
+        if not isinstance(layout, (Layout, Fragment)):
+            raise UserError(f"T.annotate_layout: the layout of '{buffer.name}' must be a Layout or a Fragment, "
+                            f"got {type(layout).__name__}")
+        if tuple(layout.shape) != shape:
+            raise UserError(f"T.annotate_layout: the layout for '{buffer.name}' is for shape {list(layout.shape)}, "
+                            f"but the buffer has shape {list(shape)}")
+        is_fragment = buffer.scope() == "local.fragment"
+        if is_fragment != isinstance(layout, Fragment):
+            raise UserError(f"T.annotate_layout: '{buffer.name}' is in {buffer.scope()} memory and needs a "
+                            f"{'Fragment' if is_fragment else 'Layout'}, got a {type(layout).__name__}")
+        annotated_layouts[buffer] = layout
+    return None  # nothing to emit: prim_func stores the layouts as a function attribute
+
+
+_ORDERS = {"row": 0, "column": 1, "col": 1}
+
+
+def use_swizzle(panel_size: int, order: str = "row", enable: bool = True):
+    """Launch blocks panel by panel so neighbouring blocks share input tiles in L2.
+
+    Blocks are taken in panels of `panel_size` rows ("row") or columns ("column") of the grid,
+    walking down each panel before moving along it.
+
+    Example: T.use_swizzle(panel_size=10)
+    """
+    from tilelang.op import base
+
+    if order not in _ORDERS:
+        raise UserError(f"T.use_swizzle: order must be 'row' or 'column', got {order!r}")
+    if not enable:
+        return None
+    if int(panel_size) <= 0:
+        raise UserError(f"T.use_swizzle: panel_size must be positive, got {panel_size}")
+    return base.make_call("use_swizzle", [tirx.const(int(panel_size), "int32"), tirx.const(_ORDERS[order], "int32")])

@@ -1,0 +1,123 @@
+"""`Layout`: logical index -> physical index of a buffer in memory (shared-memory swizzles, padding).
+
+A layout maps each logical index (i, j, ...) of a tile to a position in a flat physical buffer of
+`physical_size` elements. Swizzles permute 16-byte chunks inside each row group so that threads of a
+warp reading a column of chunks hit different banks; they are the same permutations as CuTe's
+Swizzle<B, M, S> on the linear element offset (B bits of chunk index XORed with B bits of row).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from tvm import sym, tirx
+
+from tilelang.layout.evaluate import evaluate, grid
+from tilelang.layout.fragment import placeholder_vars, substitute
+
+
+def _c(x):
+    return tirx.const(int(x), "int32")
+
+
+@dataclass
+class Layout:
+    """Logical index (`vars`, over `shape`) -> flat physical offset `forward`."""
+
+    shape: tuple
+    vars: list
+    forward: object
+    physical_size: int
+    name: str = "layout"
+
+    def map(self, indices):
+        """The physical offset of the element at `indices`."""
+        return substitute(self.forward, dict(zip(self.vars, indices)))
+
+    def is_bijective(self) -> bool:
+        offsets = evaluate(self.forward, dict(zip(self.vars, grid(self.shape)))).reshape(-1)
+        return len(np.unique(offsets)) == offsets.size and offsets.min() >= 0 and \
+            offsets.max() < self.physical_size
+
+    def inverse_table(self) -> np.ndarray:
+        """For each physical offset, the row-major logical offset stored there (-1 if none)."""
+        offsets = evaluate(self.forward, dict(zip(self.vars, grid(self.shape)))).reshape(-1)
+        table = np.full(self.physical_size, -1, dtype=np.int64)
+        table[offsets] = np.arange(offsets.size)
+        return table
+
+    def __str__(self) -> str:
+        return f"Layout({self.name}, {list(self.shape)} -> {self.physical_size} elements: {self.forward})"
+
+
+def linear(shape) -> Layout:
+    """Row-major, no permutation."""
+    vars_ = placeholder_vars(len(shape))
+    flat = _c(0)
+    for v, n in zip(vars_, shape):
+        flat = flat * _c(n) + v
+    return Layout(tuple(shape), vars_, flat, math.prod(shape), "linear")
+
+
+def swizzle(shape, element_bits: int, bits: int) -> Layout:
+    """CuTe-style Swizzle<bits, M, 3> on the row-major offset, M = log2(16-byte chunk in elements).
+
+    bits = 3, 2, 1: full-bank (128-byte), half-bank (64-byte) and quarter-bank (32-byte) swizzles.
+    The XOR keeps each 16-byte chunk contiguous, so vectorized accesses of up to 16 bytes stay one
+    access.
+    """
+    chunk = 128 // element_bits  # elements per 16-byte chunk
+    vars_ = placeholder_vars(len(shape))
+    off = _c(0)
+    for v, n in zip(vars_, shape):
+        off = off * _c(n) + v
+    span = 1 << bits
+    col = tirx.floormod(tirx.floordiv(off, _c(chunk)), _c(span))
+    row = tirx.floormod(tirx.floordiv(off, _c(chunk * 8)), _c(span))
+    swizzled = tirx.bitwise_xor(col, row)
+    forward = sym.Analyzer().simplify(off - col * _c(chunk)) + swizzled * _c(chunk)
+    names = {3: "full_bank_swizzle", 2: "half_bank_swizzle", 1: "quarter_bank_swizzle"}
+    return Layout(tuple(shape), vars_, forward, math.prod(shape), names[bits])
+
+
+def make_full_bank_swizzled_layout(buffer) -> Layout:
+    return swizzle(_shape(buffer), _bits(buffer), 3)
+
+
+def make_half_bank_swizzled_layout(buffer) -> Layout:
+    return swizzle(_shape(buffer), _bits(buffer), 2)
+
+
+def make_quarter_bank_swizzled_layout(buffer) -> Layout:
+    return swizzle(_shape(buffer), _bits(buffer), 1)
+
+
+def make_linear_layout(buffer) -> Layout:
+    return linear(_shape(buffer))
+
+
+def make_swizzled_layout(buffer, k_major: bool = True, allow_pad: bool = True) -> Layout:
+    """The widest bank swizzle the buffer's rows allow (128, 64 or 32 bytes), else row-major.
+
+    Example: T.annotate_layout({S_shared: tilelang.layout.make_swizzled_layout(S_shared)})
+    """
+    shape, element_bits = _shape(buffer), _bits(buffer)
+    row_bytes = shape[-1] * element_bits // 8
+    rows_needed = 8  # the swizzle pattern spans 8 rows of 16-byte chunks
+    total_rows = math.prod(shape) * element_bits // 8 // 128
+    for bits, width in ((3, 128), (2, 64), (1, 32)):
+        if row_bytes % width == 0 and math.prod(shape) * element_bits // 8 >= width * rows_needed and total_rows >= 0:
+            return swizzle(shape, element_bits, bits)
+    return linear(shape)
+
+
+def _shape(buffer):
+    return tuple(int(s) for s in buffer.shape)
+
+
+def _bits(buffer) -> int:
+    from tvm import DataType
+
+    return DataType(str(buffer.dtype)).bits

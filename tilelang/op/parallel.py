@@ -1,0 +1,203 @@
+"""`T.Parallel` loops as a tile op: their layout rules and their lowering to per-thread loops.
+
+Layout rules (used by `transform/infer_layout.py`):
+  * from a fragment (common level): iteration e runs on a thread holding the fragment element it
+    touches; for a replicated fragment, on every holder (a replicated loop);
+  * to a fragment: a loop that touches a fragment with no layout yet, with its own loop variables
+    in some order, gives it the loop's layout;
+  * free level: the plain spread over the threads (`layout.fragment.partition`), vectorized.
+
+Lowering: a thread visits the iterations it owns by inverting the loop layout: register index r
+runs over the thread's iterations, `inverse(thread, r)` gives the logical iteration. The innermost
+`vector_size` registers become one vectorized loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm_ffi
+from tvm import ir, tirx
+
+from tilelang.language.diagnostics import at_span
+from tilelang.layout import fragment as fl
+from tilelang.layout.evaluate import evaluate, grid
+from tilelang.op.loops import split_parallel_nest
+from tilelang.op.vectorize import plan_vector_size
+
+
+class LoopNode:
+    """An outermost T.Parallel nest, as seen by layout inference."""
+
+    kind = "parallel"
+
+    def __init__(self, loop, threads):
+        self.loop = loop
+        self.span = loop.span
+        self.vars, self.extents, self.body = split_parallel_nest(loop)
+        self.thread_expr, self.num_threads = threads
+        self.layout = None
+        self.accesses = []  # (buffer, indices, is_store) of fragments
+
+        def on_load(ld):
+            if ld.source.scope() == "local.fragment":
+                self.accesses.append((ld.source, list(ld.indices), False))
+
+        def on_store(st):
+            if st.buffer.scope() == "local.fragment":
+                self.accesses.append((st.buffer, list(st.indices), True))
+
+        tvm_ffi.structural_walk(self.body, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store)])
+
+    @property
+    def shape(self):
+        return tuple(int(e) for e in self.extents)
+
+    @property
+    def fragments(self):
+        seen = []
+        for b, _, _ in self.accesses:
+            if not any(b.same_as(s) for s in seen):
+                seen.append(b)
+        return seen
+
+    def describe(self) -> str:
+        return f"T.Parallel loop of shape {list(self.shape)}"
+
+
+def _is_identity(indices, node) -> bool:
+    return len(indices) == len(node.vars) and all(
+        isinstance(i, ir.Var) and i.same_as(v) for i, v in zip(indices, node.vars))
+
+
+def loop_layout_from(frag: fl.Fragment, indices, node: LoopNode, analyzer) -> fl.Fragment:
+    """The loop layout under which iteration `node.vars` runs on the holders of `frag[indices]`."""
+    mapping = dict(zip(frag.vars, indices))
+    base = analyzer.simplify(fl.substitute(frag.base, mapping))
+    index = analyzer.simplify(fl.substitute(frag.index, mapping))
+    vec = 1
+    if _is_identity(indices, node) and frag.vector_size > 1:
+        vec = plan_vector_size(node.vars, node.extents, node.body, analyzer, limit=frag.vector_size)
+    layout = fl.Fragment(node.shape, list(node.vars), base, index, frag.num_threads, list(frag.groups), vec)
+    if not layout.is_injective():
+        raise at_span(
+            f"layout inference: the {node.describe()} touches fragment at indices that repeat across "
+            f"iterations, so it cannot follow the fragment's layout; index a fragment with the loop "
+            f"variables of a loop over its own shape", node.span)
+    return layout
+
+
+def fragment_layout_from(node: LoopNode, indices, buffer) -> fl.Fragment:
+    """The layout that the loop's layout gives `buffer`, touched at `indices` (the loop variables
+    in some order, over the fragment's whole shape): element e lives where the iteration touching
+    it runs."""
+    shape = tuple(int(s) for s in buffer.shape)
+    perm = []  # for each fragment dim: the loop var indexing it, or -1 for a unit dim indexed by 0
+    for idx, n in zip(indices, shape):
+        hit = [k for k, v in enumerate(node.vars) if isinstance(idx, ir.Var) and idx.same_as(v)]
+        if hit:
+            perm.append(hit[0])
+        elif n == 1 and isinstance(idx, tirx.IntImm) and idx.value == 0:
+            perm.append(-1)
+        else:
+            perm.append(None)
+    used = [k for k in perm if k is not None and k >= 0]
+    if None in perm or sorted(used) != list(range(len(node.vars))) or \
+            any(node.shape[k] != n for k, n in zip(perm, shape) if k >= 0):
+        raise at_span(
+            f"layout inference: cannot derive a layout for fragment '{buffer.name}' of shape {list(shape)} "
+            f"from a {node.describe()} indexing it as [{', '.join(str(i) for i in indices)}]; index a "
+            f"fragment with the loop variables of a loop over its own shape", node.span)
+    elem_vars = fl.placeholder_vars(len(indices), "j")
+    point = [None] * len(node.vars)
+    for d, k in enumerate(perm):
+        if k >= 0:
+            point[k] = elem_vars[d]
+    mapping = dict(zip(node.vars, point))
+    lay = node.layout
+    vec = lay.vector_size if used == sorted(used) and perm[-1] == len(node.vars) - 1 else 1
+    return fl.Fragment(shape, elem_vars, fl.substitute(lay.base, mapping), fl.substitute(lay.index, mapping),
+                       lay.num_threads, list(lay.groups), vec)
+
+
+def runs_where_held(loop_layout: fl.Fragment, frag: fl.Fragment, indices, loop_vars) -> bool:
+    """Does every thread that runs an iteration hold the fragment element that iteration touches?"""
+    points = grid(loop_layout.shape)
+    env = dict(zip(loop_vars, points))
+    elem = [evaluate(i, env).reshape(-1) * np.ones_like(points[0]) for i in indices]
+    runners = loop_layout.holder_threads([p for p in points])
+    return all(bool(frag.holds(row, elem).all()) for row in runners)
+
+
+def free_layout(node: LoopNode, analyzer, coalesced_width: int = 0) -> fl.Fragment:
+    """The plain spread of the loop over its threads, with the widest legal vector."""
+    vec = plan_vector_size(node.vars, node.extents, node.body, analyzer, limit=coalesced_width)
+    total = int(np.prod(node.shape))
+    while vec > 1 and total % (node.num_threads * vec) != 0:
+        vec //= 2  # wider vectors would leave threads idle or split a round unevenly
+    return fl.partition(node.shape, node.num_threads, vec).with_shape_vars(node.vars)
+
+
+# ---- lowering ----------------------------------------------------------------------------------
+
+def _uniform_guards(stmt, vec_var):
+    """Guards evaluated at the vector's first lane (valid: the plan proved them uniform)."""
+    zero = {vec_var: tirx.const(0, "int32")}
+
+    def on_if(node):
+        return tirx.IfThenElse(fl.substitute(node.condition, zero), node.then_case, node.else_case, span=node.span)
+
+    def on_call(call):
+        if getattr(call.op, "name", "") == "tirx.if_then_else":
+            return tirx.if_then_else(fl.substitute(call.args[0], zero), call.args[1], call.args[2])
+        return call
+
+    return tvm_ffi.structural_map(stmt, [(tirx.IfThenElse, on_if), (ir.Call, on_call)])
+
+
+def _writes_memory(stmt) -> bool:
+    found = []
+
+    def on_store(st):
+        if st.buffer.scope() not in ("local", "local.fragment"):
+            found.append(st)
+
+    tvm_ffi.structural_walk(stmt, [(tirx.BufferStore, on_store)])
+    return bool(found)
+
+
+def lower(loop, layout: fl.Fragment, ctx) -> tirx.Stmt:
+    """The per-thread loop of a laid-out T.Parallel nest (fragments remapped by `ctx`)."""
+    ana = ctx.analyzer
+    loop_vars, _, body = split_parallel_nest(loop)
+    thread = ctx.thread
+    vec, size = layout.vector_size, layout.local_size
+    if vec > 1 and size % vec == 0:
+        outer, lane = tirx.Var("r", "int32"), tirx.Var("v", "int32")
+        reg = outer * vec + lane
+        ana.bind(outer, ir.Range(0, size // vec))
+        ana.bind(lane, ir.Range(0, vec))
+    else:
+        vec, outer, lane = 1, tirx.Var("r", "int32"), None
+        reg = outer
+        ana.bind(outer, ir.Range(0, size))
+    indices, valid = layout.with_shape_vars(loop_vars).inverse()(thread, reg)
+    mapping = {v: ana.simplify(i) for v, i in zip(loop_vars, indices)}
+    body = ctx.remap(fl.substitute(body, mapping))
+    if layout.groups and _writes_memory(body):
+        # A replicated loop runs on every holder; only the first one writes shared/global memory.
+        first = ana.simplify(tirx.EQ(thread, fl.clear_groups(thread, layout.groups)))
+        valid = tirx.And(valid, first) if not _is_true(valid) else first
+    if not _is_true(valid):
+        body = tirx.IfThenElse(valid, body, None)
+    if lane is not None:
+        body = _uniform_guards(body, lane)
+        body = tirx.For(lane, tirx.const(0, "int32"), tirx.const(vec, "int32"), tirx.ForKind.VECTORIZED, body)
+    extent = size // vec
+    if extent == 1:
+        return fl.substitute(body, {outer: tirx.const(0, "int32")})
+    return tirx.For(outer, tirx.const(0, "int32"), tirx.const(extent, "int32"), tirx.ForKind.SERIAL, body,
+                    span=loop.span)
+
+
+def _is_true(expr) -> bool:
+    return isinstance(expr, tirx.IntImm) and expr.value == 1

@@ -1,0 +1,188 @@
+"""Pass `lower_tile_ops`: tile ops and `T.Parallel` loops become per-thread code; fragments become
+per-thread register arrays and annotated shared tiles are re-indexed through their layout.
+
+Each op lowers itself (`op/parallel.py`, `op/reduce.py`) against a `LowerContext` that knows the
+layouts from `infer_layout`, the register array of each fragment, the thread index, and allocates
+shared workspaces (e.g. for reductions across warps) at the top of the kernel.
+
+Before:  for i, j in T.Parallel(128, 64): C_f[i, j] = A_s[i, j]          (128 threads, vector 4)
+After:   for r in range(16): for v in T.vectorized(4):
+             C_f_local[r * 4 + v] = A_s[r * 2 + tx // 16, tx % 16 * 4 + v]
+
+Requires: `infer_layout`. Guarantees: no parallel loops, no tile-op calls and no `local.fragment`
+buffers remain; shared buffers with a layout are flat and swizzled.
+"""
+
+from __future__ import annotations
+
+import tvm_ffi
+from tvm import ir, tirx
+
+from tilelang.language.diagnostics import at_span
+from tilelang.layout import fragment as fl
+from tilelang.op import base, parallel
+from tilelang.op import cumsum
+from tilelang.op import reduce as reduce_op
+from tilelang.transform.common import Scope, collect, is_thread_extent, mutate_with_scope, walk
+from tilelang.transform.infer_layout import (
+    FRAGMENT_LAYOUTS,
+    LOOP_LAYOUT,
+    SHARED_LAYOUTS,
+    shared_layout_from_ir,
+)
+from tilelang.utils.ir import seq
+
+_OP_LOWERINGS = {reduce_op.NAME: reduce_op.lower, cumsum.NAME: cumsum.lower}
+
+
+class LowerContext:
+    """What an op's lowering may ask for."""
+
+    def __init__(self, fragments, scope):
+        self._fragments = fragments
+        self._locals = {b: tirx.decl_buffer((f.local_size,), str(b.dtype), f"{b.name}_local", scope="local")
+                        for b, f in fragments.items()}
+        self._scope = scope
+        self.workspaces = []
+
+    @property
+    def analyzer(self):
+        return self._scope.analyzer
+
+    @property
+    def thread(self):
+        return self._scope.thread_var()[0]
+
+    @property
+    def num_threads(self) -> int:
+        return self._scope.thread_var()[1]
+
+    def fragment_layout(self, buffer) -> fl.Fragment:
+        return self._fragments[buffer]
+
+    def local_of(self, buffer):
+        return self._locals[buffer]
+
+    def has_local(self, buffer) -> bool:
+        return buffer in self._locals
+
+    def workspace(self, shape, dtype):
+        buf = tirx.decl_buffer(tuple(shape), dtype, f"workspace_{len(self.workspaces)}", scope="shared.dyn")
+        self.workspaces.append(buf)
+        return buf
+
+    def remap(self, stmt):
+        """Fragment accesses in `stmt` become accesses of their register arrays."""
+        ana = self.analyzer
+
+        def on_load(ld):
+            if ld.source in self._fragments:
+                _, index = self._fragments[ld.source].map(list(ld.indices))
+                return tirx.BufferLoad(self._locals[ld.source], [ana.simplify(index)])
+            return ld
+
+        def on_store(st):
+            if st.buffer in self._fragments:
+                _, index = self._fragments[st.buffer].map(list(st.indices))
+                return tirx.BufferStore(self._locals[st.buffer], st.value, [ana.simplify(index)], span=st.span)
+            return st
+
+        return tvm_ffi.structural_map(stmt, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store)], order="post")
+
+
+def _innermost_thread_attr(stmt) -> bool:
+    return is_thread_extent(stmt, "threadIdx") and not is_thread_extent(stmt.body, "threadIdx")
+
+
+def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    fragments = {}
+    if func.attrs is not None and FRAGMENT_LAYOUTS in func.attrs:
+        fragments = {b: fl.from_ir(v) for b, v in func.attrs[FRAGMENT_LAYOUTS].items()}
+    scope = Scope()
+    ctx = LowerContext(fragments, scope)
+
+    def on_for(loop, recurse):
+        if LOOP_LAYOUT not in loop.annotations:
+            return recurse(loop)
+        return parallel.lower(loop, fl.from_ir(loop.annotations[LOOP_LAYOUT]), ctx)
+
+    def on_eval(stmt, recurse):
+        call = stmt.value
+        for name, lower in _OP_LOWERINGS.items():
+            if base.is_tile_op(call, name):
+                return lower(call, ctx, stmt.span)
+        return stmt
+
+    def on_alloc(stmt, recurse):
+        if stmt.buffer in fragments:
+            return tirx.AllocBuffer(ctx.local_of(stmt.buffer))
+        return stmt
+
+    def on_attr(stmt, recurse):
+        if not _innermost_thread_attr(stmt):
+            return recurse(stmt)
+        outer = ctx.workspaces
+        ctx.workspaces = []
+        new = recurse(stmt)
+        if ctx.workspaces:  # shared scratch for this kernel, allocated before its first statement
+            body = seq([tirx.AllocBuffer(w) for w in ctx.workspaces] + [new.body])
+            new = tirx.AttrStmt(new.node, new.attr_key, new.value, body, span=new.span)
+        ctx.workspaces = outer
+        return new
+
+    body = mutate_with_scope(func.body, scope, {tirx.For: on_for, tirx.Evaluate: on_eval,
+                                                tirx.AllocBuffer: on_alloc, tirx.AttrStmt: on_attr})
+    _check_no_fragment_left(body)
+    if func.attrs is not None and SHARED_LAYOUTS in func.attrs:
+        body = _apply_shared_layouts(body, func.attrs[SHARED_LAYOUTS])
+    func = func.with_body(body)
+    for key in (FRAGMENT_LAYOUTS, SHARED_LAYOUTS):
+        if func.attrs is not None and key in func.attrs:
+            func = func.without_attr(key)
+    return func
+
+
+def _apply_shared_layouts(body, layouts):
+    """Shared tiles with a layout become flat buffers indexed through it."""
+    table = {b: shared_layout_from_ir(v) for b, v in layouts.items()}
+    flat = {b: tirx.decl_buffer((lay.physical_size,), str(b.dtype), b.name, scope=b.scope())
+            for b, lay in table.items()}
+
+    def on_load(ld):
+        if ld.source in table:
+            return tirx.BufferLoad(flat[ld.source], [table[ld.source].map(list(ld.indices))])
+        return ld
+
+    def on_store(st):
+        if st.buffer in table:
+            return tirx.BufferStore(flat[st.buffer], st.value, [table[st.buffer].map(list(st.indices))], span=st.span)
+        return st
+
+    def on_alloc(stmt):
+        return tirx.AllocBuffer(flat[stmt.buffer]) if stmt.buffer in table else stmt
+
+    return tvm_ffi.structural_map(body, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store),
+                                         (tirx.AllocBuffer, on_alloc)], order="post")
+
+
+def _check_no_fragment_left(body):
+    """Fragments touched outside parallel loops have no per-thread form: report the statement."""
+
+    def fragment_reads(node):
+        return [ld.source.name for ld in collect(node, ir.TensorLoad) if ld.source.scope() == "local.fragment"]
+
+    def on_store(st):
+        if st.buffer.scope() == "local.fragment":
+            raise at_span(f"fragment '{st.buffer.name}' is written outside a T.Parallel loop or tile op; "
+                          f"fragments are spread over threads, so index them only inside T.Parallel", st.span)
+        reads = fragment_reads(st.value) + [n for i in st.indices for n in fragment_reads(i)]
+        if reads:
+            raise at_span(f"fragment '{reads[0]}' is read outside a T.Parallel loop or tile op; "
+                          f"use T.alloc_local or T.alloc_var for per-thread values", st.span)
+
+    def on_if(node):
+        reads = fragment_reads(node.condition)
+        if reads:
+            raise at_span(f"fragment '{reads[0]}' is read outside a T.Parallel loop or tile op", node.span)
+
+    walk(body, [(tirx.BufferStore, on_store), (tirx.IfThenElse, on_if)])

@@ -1,0 +1,62 @@
+"""Pass `rasterize_blocks`: `T.use_swizzle(panel, order)` remaps the block indices for L2 reuse.
+
+Blocks launch in order of their linear id. With row order, the grid is cut into panels of `panel`
+block-rows; inside a panel, consecutive blocks walk down a column before moving right, so blocks
+running at the same time share a few row tiles and a few column tiles (column order: transposed).
+
+Before:  tl_use_swizzle(4, 0); ... A[by * 128, ...] ... B[..., bx * 128] ...
+After:   bx_r = ...; by_r = ...;  ... A[by_r * 128, ...] ... B[..., bx_r * 128] ...
+
+Requires: kernels with blockIdx.x and blockIdx.y. Guarantees: no `tl.use_swizzle` call remains; the
+remapping is a permutation of the grid (every block index is used once).
+"""
+
+from __future__ import annotations
+
+import tvm_ffi
+from tvm import tirx
+
+from tilelang.language.diagnostics import at_span
+from tilelang.layout.fragment import substitute
+from tilelang.op import base
+from tilelang.transform.common import Scope, mutate_with_scope
+
+NAME = "use_swizzle"
+
+
+def _remap(bx, by, gx, gy, panel):
+    """(new bx, new by) for row order: panels of `panel` block-rows, walked column by column."""
+    linear = by * gx + bx
+    per_panel = gx * panel
+    index, offset = tirx.floordiv(linear, per_panel), tirx.floormod(linear, per_panel)
+    rows = tirx.min(tirx.const(panel, "int32"), gy - index * panel)
+    return tirx.floordiv(offset, rows), index * panel + tirx.floormod(offset, rows)
+
+
+def rasterize_blocks(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    scope = Scope()
+
+    def on_seq(seq, recurse):
+        stmts = list(seq.seq)
+        for k, stmt in enumerate(stmts):
+            if isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value, NAME):
+                if "blockIdx.x" not in scope.threads or "blockIdx.y" not in scope.threads:
+                    raise at_span("T.use_swizzle needs a kernel with a 2-D grid of blocks", stmt.span)
+                panel, order = int(stmt.value.args[0].value), int(stmt.value.args[1].value)
+                (bx, gx), (by, gy) = scope.threads["blockIdx.x"], scope.threads["blockIdx.y"]
+                if order == 0:
+                    nbx, nby = _remap(bx, by, gx, gy, panel)
+                else:
+                    nby, nbx = _remap(by, bx, gy, gx, panel)
+                vx, vy = tirx.Var(f"{bx.name}_r", "int32"), tirx.Var(f"{by.name}_r", "int32")
+                rest = [substitute(s, {bx: vx, by: vy}) for s in stmts[k + 1:]]
+                new = stmts[:k] + [tirx.Bind(vx, nbx), tirx.Bind(vy, nby)] + rest
+                return recurse(tirx.SeqStmt(new, span=seq.span))
+        return recurse(seq)
+
+    body = mutate_with_scope(func.body, scope, {tirx.SeqStmt: on_seq})
+
+    def drop(stmt):  # a use_swizzle alone in a body (no statements after it) has nothing to remap
+        return tirx.Evaluate(0) if base.is_tile_op(stmt.value, NAME) else stmt
+
+    return func.with_body(tvm_ffi.structural_map(body, [(tirx.Evaluate, drop)]))
