@@ -162,10 +162,16 @@ class Fragment:
         base = sym.Analyzer().simplify(compress_groups(self.base, groups)) if groups else self.base
         imap = IndexMap(list(self.vars), [base, self.index], None)
         inv, padding = imap.non_surjective_inverse(list(self.shape))
+        # The inverse covers only the threads the tile reaches; threads past them hold nothing.
+        used_threads = int(imap.map_shape(list(self.shape))[0])
 
         def apply(t, r):
-            mapping = dict(zip(inv.initial_indices, [compress_groups(t, groups), r]))
-            valid = sym.Analyzer().simplify(tirx.Not(substitute(padding, mapping)))
+            tc = compress_groups(t, groups)
+            mapping = dict(zip(inv.initial_indices, [tc, r]))
+            valid = tirx.Not(substitute(padding, mapping))
+            if used_threads < self.num_threads // max(self.replicate, 1):
+                valid = tirx.And(valid, tc < _c(used_threads))
+            valid = sym.Analyzer().simplify(valid)
             return [substitute(e, mapping) for e in inv.final_indices], valid
 
         return apply
@@ -225,21 +231,17 @@ class IrregularLayout(Exception):
 
 def _digit_groups(offsets: np.ndarray):
     """Decompose a set of thread offsets {0, ...} into digit ranges [(stride, count)], or raise."""
-    values = sorted(set(int(x) for x in offsets))
+    values = set(int(x) for x in offsets)
     groups, covered = [], {0}
-    remaining = [v for v in values if v not in covered]
-    while remaining:
-        stride = remaining[0]
+    while covered != values:
+        stride = min(values - covered)
         count = 1
         while all((count * stride + c) in values for c in covered):
             count += 1
-        if any(c >= stride for c in covered if c) and groups and stride < groups[-1][0] * groups[-1][1]:
-            raise IrregularLayout("overlapping digit ranges")
+        if count == 1:
+            raise IrregularLayout(f"holders at offsets {sorted(values)} are not digit ranges of the thread id")
         covered = {c + d * stride for c in covered for d in range(count)}
         groups.append((stride, count))
-        remaining = [v for v in values if v not in covered]
-    if covered != set(values):
-        raise IrregularLayout(f"holders {values} are not a product of digit ranges")
     return groups
 
 
@@ -258,10 +260,10 @@ def reduced(src: Fragment, dim: int) -> Fragment:
     rows = np.moveaxis(threads, dim, -1).reshape(-1, src.shape[dim])  # [out elements, reduced]
     lows = rows.min(axis=1)
     offsets = rows - lows[:, None]
-    groups = _digit_groups(offsets.reshape(-1))
-    for row in offsets:  # every row must use the same digit ranges
-        if set(row.tolist()) != set(np.unique(offsets).tolist()):
-            raise IrregularLayout("rows are held by differently shaped thread groups")
+    shape_of_group = set(offsets[0].tolist())
+    if any(set(row.tolist()) != shape_of_group for row in offsets):
+        raise IrregularLayout("rows are held by differently shaped groups of threads")
+    groups = _digit_groups(offsets[0])
     out_vars = placeholder_vars(len(out_shape), "k")
     point = []
     it = iter(out_vars)
@@ -279,12 +281,51 @@ def reduced(src: Fragment, dim: int) -> Fragment:
     step = int(np.gcd.reduce(first)) if first.any() else 1
     index = sym.Analyzer().simplify(tirx.floordiv(first_index, _c(step))) if step > 1 else first_index
     candidate = Fragment(out_shape, out_vars, base, index, src.num_threads, groups)
-    if not candidate.is_injective():  # fall back to one slot per output element
+    if not candidate.is_injective() or not _invertible(candidate):  # fall back to one slot per element
         flat = _c(0)
         for v, n in zip(out_vars, out_shape):
             flat = flat * _c(n) + v
         candidate = Fragment(out_shape, out_vars, base, flat, src.num_threads, groups)
     return candidate
+
+
+def _invertible(frag: Fragment) -> bool:
+    try:
+        frag.inverse()
+        return True
+    except Exception:  # noqa: BLE001 (TVM reports a non-affine map with a generic error)
+        return False
+
+
+def partition_rows(shape, num_threads: int, vector_size: int = 1) -> Fragment | None:
+    """A spread in which each row (all dimensions but the last) lives on one aligned group of
+    threads, `vector_size` consecutive elements per thread: the layout that makes a row reduction
+    a clean warp-shuffle butterfly. None when the last dimension has no such split.
+    """
+    rows, cols = math.prod(shape[:-1]), shape[-1]
+    if cols % vector_size:
+        return None
+    chunks = cols // vector_size
+    per_row = 1
+    while per_row * 2 <= num_threads and chunks % (per_row * 2) == 0 and num_threads % (per_row * 2) == 0:
+        per_row *= 2
+    rows_per_round = num_threads // per_row
+    vars_ = placeholder_vars(len(shape))
+    row = _c(0)
+    for v, n in zip(vars_[:-1], shape[:-1]):
+        row = row * _c(n) + v
+    col = vars_[-1]
+    chunk = tirx.floordiv(col, _c(vector_size))
+    thread = tirx.floormod(row, _c(rows_per_round)) * _c(per_row) + tirx.floormod(chunk, _c(per_row))
+    per_thread = chunks // per_row * vector_size
+    index = tirx.floordiv(row, _c(rows_per_round)) * _c(per_thread) + \
+        tirx.floordiv(chunk, _c(per_row)) * _c(vector_size) + tirx.floormod(col, _c(vector_size))
+    ana = sym.Analyzer()
+    for v, n in zip(vars_, shape):
+        ana.bind(v, ir.Range(0, n))
+    del rows
+    return Fragment(tuple(shape), vars_, ana.simplify(thread), ana.simplify(index), num_threads,
+                    vector_size=vector_size)
 
 
 def to_ir(frag: Fragment):

@@ -20,12 +20,17 @@ NAME = "atomic_add"
 ELEMENT = "tl::atomic_add"
 
 
-def element_atomic_add(dst_load, value) -> tirx.Stmt:
-    """`*&dst += value`, atomically (the statement form used inside loops)."""
+def element_atomic_add_call(dst_load, value):
+    """`*&dst += value`, atomically, as a call expression."""
     dtype = str(dst_load.source.dtype)
     if str(value.ty.dtype) != dtype:
         value = tirx.Cast(dtype, value)
-    return tirx.Evaluate(tirx.call_extern("void", ELEMENT, tirx.address_of(dst_load), value))
+    return tirx.call_extern("void", ELEMENT, tirx.address_of(dst_load), value)
+
+
+def element_atomic_add(dst_load, value) -> tirx.Stmt:
+    """The statement form of `element_atomic_add_call`, used inside loops."""
+    return tirx.Evaluate(element_atomic_add_call(dst_load, value))
 
 
 def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False):
@@ -44,7 +49,7 @@ def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False):
             raise UserError(f"T.atomic_add: '{dst.source.name}' is in {dst.source.scope()} memory; atomics are "
                             f"for global or shared memory")
         value = tirx.const(value, str(dst.source.dtype)) if isinstance(value, (int, float)) else value
-        return element_atomic_add(dst, value)
+        return element_atomic_add_call(dst, value)  # the parser makes the statement
     src_region, dst_region = base.to_region_pair(value, dst, "T.atomic_add")
     if dst_region.buffer.scope() in ("local", "local.fragment"):
         raise UserError(f"T.atomic_add: the destination '{dst_region.name}' must be in global or shared memory")

@@ -11,6 +11,7 @@ import math
 from tvm import tirx
 
 from tilelang.language.diagnostics import UserError
+from tilelang.layout import fragment as fl
 from tilelang.op import base
 from tilelang.utils.ir import seq
 
@@ -45,7 +46,7 @@ def lower(call, ctx, span=None) -> tirx.Stmt:
     dim, reverse = int(call.args[2].value), bool(int(call.args[3].value))
     shape = [int(x) for x in src.shape]
     other = [n for k, n in enumerate(shape) if k != dim]
-    lines = math.prod(other)
+    lines, length = math.prod(other), shape[dim]
     o, k = tirx.Var("o", "int32"), tirx.Var("k", "int32")
     line = o * ctx.num_threads + ctx.thread
     coords, rem = [], line
@@ -53,23 +54,29 @@ def lower(call, ctx, span=None) -> tirx.Stmt:
         coords.append(tirx.floormod(rem, n))
         rem = tirx.floordiv(rem, n)
     coords.reverse()
-    pos = (shape[dim] - 1 - k) if reverse else k
     idx = list(coords)
-    idx.insert(dim, pos)
+    idx.insert(dim, (length - 1 - k) if reverse else k)
     dtype = str(dst.dtype)
-    running = tirx.decl_buffer((1,), dtype, "running", scope="local")
+    # The line is read into registers, scanned, and written back as separate phases: the barrier
+    # that orders the reads of all threads before the in-place writes goes between two guarded
+    # statements, never inside a guard.
+    line_buf = tirx.decl_buffer((length,), dtype, "line", scope="local")
     value = tirx.BufferLoad(src, idx)
     if str(src.dtype) != dtype:
         value = tirx.Cast(dtype, value)
-    body = seq([
-        tirx.AllocBuffer(running),
-        tirx.BufferStore(running, tirx.const(0, dtype), [0]),
-        tirx.For(k, 0, shape[dim], tirx.ForKind.SERIAL, seq([
-            tirx.BufferStore(running, tirx.BufferLoad(running, [0]) + value, [0]),
-            tirx.BufferStore(dst, tirx.BufferLoad(running, [0]), idx),
-        ])),
-    ])
-    if lines % ctx.num_threads:
-        body = tirx.IfThenElse(line < lines, body, None)
+    read = tirx.For(k, 0, length, tirx.ForKind.SERIAL, tirx.BufferStore(line_buf, value, [k]))
+    q = tirx.Var("q", "int32")  # each loop its own variable: the analyzer binds each once
+    scan = tirx.For(q, 1, length - 1, tirx.ForKind.SERIAL,
+                    tirx.BufferStore(line_buf, tirx.BufferLoad(line_buf, [q]) + tirx.BufferLoad(line_buf, [q - 1]),
+                                     [q]))
+    w = tirx.Var("w", "int32")
+    write = tirx.For(w, 0, length, tirx.ForKind.SERIAL,
+                     tirx.BufferStore(dst, tirx.BufferLoad(line_buf, [w]), [fl.substitute(i, {k: w}) for i in idx]))
+    valid = line < lines if lines % ctx.num_threads else None
+
+    def guarded(stmt):
+        return tirx.IfThenElse(valid, stmt, None) if valid is not None else stmt
+
+    body = seq([tirx.AllocBuffer(line_buf), guarded(read), scan, guarded(write)])
     rounds = (lines + ctx.num_threads - 1) // ctx.num_threads
     return tirx.For(o, 0, rounds, tirx.ForKind.SERIAL, body)

@@ -128,13 +128,20 @@ def runs_where_held(loop_layout: fl.Fragment, frag: fl.Fragment, indices, loop_v
     return all(bool(frag.holds(row, elem).all()) for row in runners)
 
 
-def free_layout(node: LoopNode, analyzer, coalesced_width: int = 0) -> fl.Fragment:
-    """The plain spread of the loop over its threads, with the widest legal vector."""
+def free_layouts(node: LoopNode, analyzer, coalesced_width: int = 0) -> list:
+    """Candidate layouts of a loop with no constraint: the plain spread over its threads, then a
+    spread that keeps each row on one aligned group of threads (for row reductions); each with the
+    widest legal vector."""
     vec = plan_vector_size(node.vars, node.extents, node.body, analyzer, limit=coalesced_width)
     total = int(np.prod(node.shape))
-    while vec > 1 and total % (node.num_threads * vec) != 0:
-        vec //= 2  # wider vectors would leave threads idle or split a round unevenly
-    return fl.partition(node.shape, node.num_threads, vec).with_shape_vars(node.vars)
+    plain_vec = vec
+    while plain_vec > 1 and total % (node.num_threads * plain_vec) != 0:
+        plain_vec //= 2  # wider vectors would leave threads idle or split a round unevenly
+    out = [fl.partition(node.shape, node.num_threads, plain_vec).with_shape_vars(node.vars)]
+    rows = fl.partition_rows(node.shape, node.num_threads, vec)
+    if rows is not None and len(node.shape) > 1:
+        out.append(rows.with_shape_vars(node.vars))
+    return out
 
 
 # ---- lowering ----------------------------------------------------------------------------------

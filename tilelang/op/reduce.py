@@ -14,6 +14,8 @@ per output element folds its row.
 
 from __future__ import annotations
 
+import math
+
 from tvm import ir, tirx
 
 from tilelang.language.diagnostics import UserError
@@ -217,13 +219,13 @@ def _combine_group(red, ctx, acc, slots, stride, count) -> tirx.Stmt:
 
 
 def _lower_shared(red: Reduction, ctx) -> tirx.Stmt:
-    """Shared tiles: output elements spread over the threads, each folding its row serially."""
+    """Shared tiles: output elements spread over the threads, each folding its row serially into a
+    register; the writes are a separate guarded statement, so the barrier between every thread's
+    reads and the writes sits between the two."""
     src, dst = red.src, red.dst
     dtype = str(dst.dtype)
     out_shape = [int(x) for x in dst.shape]
-    total = 1
-    for n in out_shape:
-        total *= n
+    total = math.prod(out_shape)
     o, k = tirx.Var("o", "int32"), tirx.Var("k", "int32")
     flat = o * _c(ctx.num_threads) + ctx.thread
     out_idx, rem = [], flat
@@ -233,23 +235,24 @@ def _lower_shared(red: Reduction, ctx) -> tirx.Stmt:
     out_idx.reverse()
     src_idx = list(out_idx) if len(src.shape) > 1 else []
     src_idx.insert(red.dim, k)
-    acc = tirx.Var("acc", dtype)
     value = _prepare(red.kind, tirx.BufferLoad(src, src_idx))
     if str(src.dtype) != dtype:
         value = tirx.Cast(dtype, value)
     buf = tirx.decl_buffer((1,), dtype, "acc", scope="local")
     init = identity(red.kind, dtype) if red.clear else tirx.BufferLoad(dst, out_idx)
-    body = seq([
-        tirx.AllocBuffer(buf),
+    valid = flat < _c(total) if total % ctx.num_threads else None
+
+    def guarded(stmt):
+        return tirx.IfThenElse(valid, stmt, None) if valid is not None else stmt
+
+    fold = seq([
         tirx.BufferStore(buf, init, [_c(0)]),
         tirx.For(k, _c(0), _c(int(src.shape[red.dim])), tirx.ForKind.SERIAL,
                  tirx.BufferStore(buf, _fold(red.kind, tirx.BufferLoad(buf, [_c(0)]), value), [_c(0)])),
-        tirx.BufferStore(dst, tirx.BufferLoad(buf, [_c(0)]), out_idx),
     ])
-    del acc
+    body = seq([tirx.AllocBuffer(buf), guarded(fold),
+                guarded(tirx.BufferStore(dst, tirx.BufferLoad(buf, [_c(0)]), out_idx))])
     rounds = (total + ctx.num_threads - 1) // ctx.num_threads
-    if total % ctx.num_threads:
-        body = tirx.IfThenElse(flat < _c(total), body, None)
     return tirx.For(o, _c(0), _c(rounds), tirx.ForKind.SERIAL, body)
 
 

@@ -218,27 +218,32 @@ def free_level(nodes, state):
     buffers = set(b for n in component for b in n.fragments)
     best, best_cost, first_error = None, None, None
     for root in roots:
-        trial = state.copy()
-        try:
-            _settle_loop(trial, root, parallel.free_layout(root, trial.analyzer, _coalesced_width(root.loop)))
-            common_level(component, trial)
-            while True:  # complete the component: the next unresolved loop gets its plain spread
-                rest = [n for n in component if n.kind == "parallel" and trial.pending(n)]
-                if not rest:
-                    break
-                _settle_loop(trial, rest[0], parallel.free_layout(rest[0], trial.analyzer,
-                                                                  _coalesced_width(rest[0].loop)))
-                common_level(component, trial)
-        except Exception as err:  # noqa: BLE001 (a root that leads to a conflict is not a candidate)
-            first_error = first_error or err
-            continue
-        cost = _register_cost(trial, buffers)
-        if best is None or cost < best_cost:
-            best, best_cost = trial, cost
+        for candidate in parallel.free_layouts(root, state.analyzer, _coalesced_width(root.loop)):
+            trial = state.copy()
+            try:
+                _settle_loop(trial, root, candidate)
+                _complete(component, trial)
+            except Exception as err:  # noqa: BLE001 (a root that leads to a conflict is not a candidate)
+                first_error = first_error or err
+                continue
+            cost = _register_cost(trial, buffers)
+            if best is None or cost < best_cost:
+                best, best_cost = trial, cost
     if best is None:
         raise first_error
     state.fragments, state.sources, state.loops, state.reduced = best.fragments, best.sources, best.loops, best.reduced
     return True
+
+
+def _complete(component, trial):
+    """Propagate from the root; loops still unresolved get the first free layout that fits."""
+    common_level(component, trial)
+    while True:
+        rest = [n for n in component if n.kind == "parallel" and trial.pending(n)]
+        if not rest:
+            return
+        _settle_loop(trial, rest[0], parallel.free_layouts(rest[0], trial.analyzer, _coalesced_width(rest[0].loop))[0])
+        common_level(component, trial)
 
 
 def _coalesced_width(loop) -> int:

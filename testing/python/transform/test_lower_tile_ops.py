@@ -127,3 +127,24 @@ def test_annotated_shared_layout_reindexes_every_access():
     text = _run(before).script()
     assert 's = T.alloc_buffer((4096,), "float16", scope="shared.dyn")' in text
     assert text.count("^") >= 2  # both the write and the read go through the XOR swizzle
+
+
+def test_threads_past_a_small_tile_do_nothing():
+    @T.prim_func
+    def before(A: T.Tensor((16,), "float32"), B: T.Tensor((16,), "float32")):
+        with T.Kernel(1, threads=128):
+            s = T.alloc_shared((16,), "float32")
+            T.copy(A, s)
+            T.copy(s, B)
+
+    @T.prim_func
+    def expected(A: T.Tensor((16,), "float32"), B: T.Tensor((16,), "float32")):
+        with T.Kernel(1, threads=128):
+            tx = T.get_thread_binding()
+            s = T.alloc_shared((16,), "float32")
+            if tx < 16:
+                s[tx] = A[tx]
+            if tx < 16:
+                B[tx] = s[tx]
+
+    assert_ir_equal(_run(before), expected)
