@@ -8,6 +8,7 @@ shared library that `tvm_ffi.load_module` loads; calling it with torch tensors c
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -17,6 +18,7 @@ import tempfile
 import importlib
 
 import tvm
+import tvm_ffi
 from tvm.backend.cuda import export_cuda_host
 
 _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
@@ -35,15 +37,34 @@ def _with_headers(code: str) -> str:
     return "\n".join(lines) + "\n" + code
 
 
+@contextlib.contextmanager
+def _source_only():
+    """TVM's CUDA codegen compiles what it generates through the global `tvm_callback_cuda_compile`
+    (NVRTC, without our headers) whenever the CUDA runtime is present. We compile with nvcc
+    ourselves, so while our codegen runs that callback only hands the source back."""
+    name = "tvm_callback_cuda_compile"
+    original = tvm_ffi.get_global_func(name, allow_missing=True)
+    tvm_ffi.register_global_func(name, lambda code, *_: code.encode(), override=True)
+    try:
+        yield
+    finally:
+        if original is not None:
+            tvm_ffi.register_global_func(name, original, override=True)
+
+
+def _device_module(lowered):
+    with _source_only():
+        return _build_utils.codegen_build(lowered.device_mod, lowered.target)
+
+
 def device_source(lowered) -> str:
     """The device part only (what `kernel.get_kernel_source()` shows)."""
-    dev = _build_utils.codegen_build(lowered.device_mod, lowered.target)
-    return _with_headers(dev.inspect_source("cuda"))
+    return _with_headers(_device_module(lowered).inspect_source("cuda"))
 
 
 def full_source(lowered) -> str:
     """Kernels and host launcher in one translation unit."""
-    dev = _build_utils.codegen_build(lowered.device_mod, lowered.target)
+    dev = _device_module(lowered)
     host = _build_utils.codegen_build(lowered.host_mod, lowered.target.host)
     host.import_module(dev)
     return _with_headers(export_cuda_host(host))
