@@ -1,16 +1,16 @@
 """tilelang: a tile-level language and compiler for GPU kernels.
 
-    import tilelang
-    import tilelang.language as T
+import tilelang
+import tilelang.language as T
 
-    @tilelang.jit(out_idx=[-1])
-    def add(N, block=1024):
-        @T.prim_func
-        def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"), C: T.Tensor((N,), "float32")):
-            with T.Kernel(T.ceildiv(N, block), threads=256) as bx:
-                for i in T.Parallel(block):
-                    C[bx * block + i] = A[bx * block + i] + B[bx * block + i]
-        return main
+@tilelang.jit(out_idx=[-1])
+def add(N, block=1024):
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"), C: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, block), threads=256) as bx:
+            for i in T.Parallel(block):
+                C[bx * block + i] = A[bx * block + i] + B[bx * block + i]
+    return main
 """
 
 __version__ = "0.1.0"

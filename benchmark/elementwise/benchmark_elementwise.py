@@ -37,11 +37,15 @@ def main():
     for dtype, block, threads in [(torch.float32, 1024, 256), (torch.float16, 2048, 256), (torch.float32, 2048, 256)]:
         n, ours, theirs, moved = bench(args.mib << 20, dtype, block, threads)
         rows.append((str(dtype).removeprefix("torch."), n, block, threads, ours, theirs, moved))
-    print(f"{'dtype':8} {'elements':>11} {'tile':>5} {'thr':>4} {'tilelang ms':>11} {'GB/s':>7} "
-          f"{'torch ms':>9} {'GB/s':>7} {'ratio':>6}")
+    print(
+        f"{'dtype':8} {'elements':>11} {'tile':>5} {'thr':>4} {'tilelang ms':>11} {'GB/s':>7} "
+        f"{'torch ms':>9} {'GB/s':>7} {'ratio':>6}"
+    )
     for dt, n, block, threads, ours, theirs, moved in rows:
-        print(f"{dt:8} {n:11d} {block:5d} {threads:4d} {ours:11.4f} {moved / ours / 1e6:7.0f} "
-              f"{theirs:9.4f} {moved / theirs / 1e6:7.0f} {theirs / ours:6.3f}")
+        print(
+            f"{dt:8} {n:11d} {block:5d} {threads:4d} {ours:11.4f} {moved / ours / 1e6:7.0f} "
+            f"{theirs:9.4f} {moved / theirs / 1e6:7.0f} {theirs / ours:6.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -30,16 +30,36 @@ def main():
         norm = rms_norm(M, N, cfg["blk_m"], cfg["threads"])
         torch.testing.assert_close(norm(x, w), ref_rms_norm(x, w), rtol=1e-2, atol=1e-2)
         moved = 2 * M * N * 2 + N * 2
-        rows.append(("rms_norm", M, N, do_bench(lambda: norm(x, w)),
-                     do_bench(lambda: F.rms_norm(x, (N,), w, 1e-6)), moved))
+        rows.append(
+            (
+                "rms_norm",
+                M,
+                N,
+                do_bench(lambda norm=norm, x=x, w=w: norm(x, w)),
+                do_bench(lambda x=x, w=w, N=N: F.rms_norm(x, (N,), w, 1e-6)),
+                moved,
+            )
+        )
         soft = softmax(M, N, cfg["blk_m"], cfg["threads"])
         torch.testing.assert_close(soft(x), torch.softmax(x.float(), -1).half(), rtol=1e-2, atol=1e-3)
-        rows.append(("softmax", M, N, do_bench(lambda: soft(x)), do_bench(lambda: torch.softmax(x, -1)),
-                     2 * M * N * 2))
-    print(f"{'op':9} {'rows':>5} {'cols':>5} {'tilelang ms':>11} {'GB/s':>6} {'torch ms':>9} {'GB/s':>6} {'speedup':>7}")
+        rows.append(
+            (
+                "softmax",
+                M,
+                N,
+                do_bench(lambda soft=soft, x=x: soft(x)),
+                do_bench(lambda x=x: torch.softmax(x, -1)),
+                2 * M * N * 2,
+            )
+        )
+    print(
+        f"{'op':9} {'rows':>5} {'cols':>5} {'tilelang ms':>11} {'GB/s':>6} {'torch ms':>9} {'GB/s':>6} {'speedup':>7}"
+    )
     for name, M, N, ours, theirs, moved in rows:
-        print(f"{name:9} {M:5d} {N:5d} {ours:11.4f} {moved / ours / 1e6:6.0f} {theirs:9.4f} "
-              f"{moved / theirs / 1e6:6.0f} {theirs / ours:7.3f}")
+        print(
+            f"{name:9} {M:5d} {N:5d} {ours:11.4f} {moved / ours / 1e6:6.0f} {theirs:9.4f} "
+            f"{moved / theirs / 1e6:6.0f} {theirs / ours:7.3f}"
+        )
 
 
 if __name__ == "__main__":

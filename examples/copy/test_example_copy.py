@@ -1,6 +1,5 @@
-import pytest
-
 import example_transpose
+import pytest
 
 pytestmark = pytest.mark.gpu
 

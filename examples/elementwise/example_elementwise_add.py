@@ -27,8 +27,9 @@ def fused_scale_add_relu(M, N, block_M=32, block_N=128, threads=128, dtype="floa
     """C = relu(A * scale[None, :] + B), in tiles staged through shared memory and registers."""
 
     @T.prim_func
-    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype), scale: T.Tensor((N,), dtype),
-             C: T.Tensor((M, N), dtype)):
+    def main(
+        A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype), scale: T.Tensor((N,), dtype), C: T.Tensor((M, N), dtype)
+    ):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             A_shared = T.alloc_shared((block_M, block_N), dtype)
             C_local = T.alloc_fragment((block_M, block_N), "float32")

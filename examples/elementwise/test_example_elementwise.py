@@ -1,6 +1,5 @@
-import pytest
-
 import example_elementwise_add
+import pytest
 
 pytestmark = pytest.mark.gpu
 

@@ -20,7 +20,7 @@ def rms_norm(M, N, blk_m=1, threads=256, eps=1e-6, dtype="float16"):
             A_local = T.alloc_fragment((blk_m, N), "float32")
             A_pow = T.alloc_fragment((blk_m, N), "float32")
             A_powsum = T.alloc_fragment((blk_m,), "float32")
-            T.copy(A[bx * blk_m:(bx + 1) * blk_m, :], A_local)
+            T.copy(A[bx * blk_m : (bx + 1) * blk_m, :], A_local)
             for i, j in T.Parallel(blk_m, N):
                 A_pow[i, j] = A_local[i, j] * A_local[i, j]
             T.reduce_sum(A_pow, A_powsum, dim=1)

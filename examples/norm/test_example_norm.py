@@ -1,6 +1,5 @@
-import pytest
-
 import example_rms_norm
+import pytest
 
 pytestmark = pytest.mark.gpu
 

@@ -1,6 +1,5 @@
-import pytest
-
 import example_softmax
+import pytest
 
 pytestmark = pytest.mark.gpu
 

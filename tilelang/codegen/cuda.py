@@ -11,20 +11,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib
 import os
 import subprocess
 import tempfile
 
-import importlib
-
-import tvm
 import tvm_ffi
 from tvm.backend.cuda import export_cuda_host
 
-_build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
-
 from tilelang import env
 from tilelang.utils.target import arch_of
+
+_build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
 
 # Device headers and the function names that need them; common.h always comes first. Only the
 # headers a kernel uses are included, since the CuTe-based ones cost seconds of nvcc time.
@@ -87,10 +85,19 @@ def nvcc_flags(target, fast_math: bool = False, extra=()) -> list[str]:
 
     ffi_dir = os.path.dirname(tvm_ffi.__file__)
     flags = [
-        "-std=c++17", "-O3", gencode(arch_of(target)), "-shared", "-Xcompiler", "-fPIC",
-        "--expt-relaxed-constexpr", "-w",
-        f"-I{env.template_path()}", f"-I{env.cutlass_include()}", f"-I{os.path.join(ffi_dir, 'include')}",
-        f"-L{os.path.join(ffi_dir, 'lib')}", "-ltvm_ffi",
+        "-std=c++17",
+        "-O3",
+        gencode(arch_of(target)),
+        "-shared",
+        "-Xcompiler",
+        "-fPIC",
+        "--expt-relaxed-constexpr",
+        "-w",
+        f"-I{env.template_path()}",
+        f"-I{env.cutlass_include()}",
+        f"-I{os.path.join(ffi_dir, 'include')}",
+        f"-L{os.path.join(ffi_dir, 'lib')}",
+        "-ltvm_ffi",
     ]
     if fast_math:
         flags.append("--use_fast_math")
@@ -127,13 +134,17 @@ def build_library(source: str, target, fast_math: bool = False, extra_flags=(), 
 
 def compile_object(source: str, target, fast_math: bool = False) -> None:
     """Compile `source` to device code only (no host link); for tests on machines without a GPU."""
-    flags = [f for f in nvcc_flags(target, fast_math) if f not in ("-shared",) and not f.startswith("-l")
-             and not f.startswith("-L")]
+    flags = [
+        f
+        for f in nvcc_flags(target, fast_math)
+        if f not in ("-shared",) and not f.startswith("-l") and not f.startswith("-L")
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         cu = os.path.join(tmp, "kernel.cu")
         with open(cu, "w") as f:
             f.write(source)
-        proc = subprocess.run([env.nvcc_path(), *flags, "-c", "-o", os.path.join(tmp, "k.o"), cu],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [env.nvcc_path(), *flags, "-c", "-o", os.path.join(tmp, "k.o"), cu], capture_output=True, text=True
+        )
         if proc.returncode != 0:
             raise CompileError(f"nvcc failed ({arch_of(target)}):\n{proc.stderr[-6000:]}")

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 import tvm
 from tvm import s_tir, tirx
 
-_build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
-
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import infer_layout
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
 from tilelang.transform.lower_tile_ops import lower_tile_ops
 from tilelang.transform.rasterize_blocks import rasterize_blocks
+
+_build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
 
 
 def _tile_passes():

@@ -41,15 +41,26 @@ class _JITFactory:
         if hit is not None:
             return hit
         func = self.factory(*args, **kwargs)
-        kernel = JITKernel(func, out_idx=self.out_idx, target=self.target, pass_configs=self.pass_configs,
-                           name=self.factory.__name__)
+        kernel = JITKernel(
+            func, out_idx=self.out_idx, target=self.target, pass_configs=self.pass_configs, name=self.factory.__name__
+        )
         if key is not None:
             self._kernels[key] = kernel
         return kernel
 
 
-def jit(func=None, *, out_idx=None, target="auto", target_host=None, execution_backend=None, verbose=None,
-        pass_configs=None, debug_root_path=None, compile_flags=None):
+def jit(
+    func=None,
+    *,
+    out_idx=None,
+    target="auto",
+    target_host=None,
+    execution_backend=None,
+    verbose=None,
+    pass_configs=None,
+    debug_root_path=None,
+    compile_flags=None,
+):
     """Decorator for a kernel factory: `@tilelang.jit(out_idx=[-1])`.
 
     Args:
@@ -57,6 +68,7 @@ def jit(func=None, *, out_idx=None, target="auto", target_host=None, execution_b
         target: "auto" (the current GPU), "cuda", or an arch such as "sm_90a".
         pass_configs: compiler options, e.g. {"tl.enable_fast_math": True}.
     """
+
     def wrap(factory):
         return _JITFactory(factory, out_idx, target, pass_configs)
 

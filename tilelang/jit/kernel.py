@@ -81,8 +81,10 @@ class JITKernel:
             return None
         if len(args) != len(self._in_idx):
             names = ", ".join(self.params[k].name for k in self._in_idx)
-            raise ValueError(f"{self.name} takes {len(self._in_idx)} input tensors ({names}); "
-                             f"outputs {[self.params[k].name for k in self.out_idx]} are allocated, got {len(args)}")
+            raise ValueError(
+                f"{self.name} takes {len(self._in_idx)} input tensors ({names}); "
+                f"outputs {[self.params[k].name for k in self.out_idx]} are allocated, got {len(args)}"
+            )
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
         if device is None:  # no tensor at all: say which parameter got what
             from tilelang.jit.params import check_argument

@@ -49,6 +49,7 @@ from tvm.script.tirx import (  # noqa: F401
 )
 
 from tilelang.language.allocate import Buffer, Tensor, alloc_fragment, alloc_local, alloc_shared, alloc_var  # noqa: F401
+from tilelang.language.annotations import annotate_layout, use_swizzle  # noqa: F401
 from tilelang.language.dtypes import (  # noqa: F401
     bfloat16,
     boolean,
@@ -74,14 +75,13 @@ from tilelang.language.kernel import (  # noqa: F401
     get_thread_bindings,
     get_thread_extent,
 )
-from tilelang.language.math import Cast, cast, infinity, max_value, min_value  # noqa: F401
 from tilelang.language.loops import Parallel, Pipelined, Serial, Unroll, Vectorized, serial, unroll, vectorized  # noqa: F401
+from tilelang.language.math import Cast, cast, infinity, max_value, min_value  # noqa: F401
 from tilelang.language.prim_func import prim_func  # noqa: F401
+from tilelang.op.atomic import atomic_add  # noqa: F401
 from tilelang.op.copy import copy  # noqa: F401
+from tilelang.op.cumsum import cumsum  # noqa: F401
 from tilelang.op.fill import clear, fill  # noqa: F401
 from tilelang.op.reduce import reduce, reduce_absmax, reduce_abssum, reduce_max, reduce_min, reduce_sum  # noqa: F401
-from tilelang.language.annotations import annotate_layout, use_swizzle  # noqa: F401
-from tilelang.op.atomic import atomic_add  # noqa: F401
-from tilelang.op.cumsum import cumsum  # noqa: F401
 
 bool = boolean  # noqa: A001  (T.bool, as TileLang spells it)

@@ -32,15 +32,21 @@ def annotate_layout(layout_map: dict):
             layout = layout(buffer)
         shape = tuple(int(s) for s in buffer.shape)
         if not isinstance(layout, (Layout, Fragment)):
-            raise UserError(f"T.annotate_layout: the layout of '{buffer.name}' must be a Layout or a Fragment, "
-                            f"got {type(layout).__name__}")
+            raise UserError(
+                f"T.annotate_layout: the layout of '{buffer.name}' must be a Layout or a Fragment, "
+                f"got {type(layout).__name__}"
+            )
         if tuple(layout.shape) != shape:
-            raise UserError(f"T.annotate_layout: the layout for '{buffer.name}' is for shape {list(layout.shape)}, "
-                            f"but the buffer has shape {list(shape)}")
+            raise UserError(
+                f"T.annotate_layout: the layout for '{buffer.name}' is for shape {list(layout.shape)}, "
+                f"but the buffer has shape {list(shape)}"
+            )
         is_fragment = buffer.scope() == "local.fragment"
         if is_fragment != isinstance(layout, Fragment):
-            raise UserError(f"T.annotate_layout: '{buffer.name}' is in {buffer.scope()} memory and needs a "
-                            f"{'Fragment' if is_fragment else 'Layout'}, got a {type(layout).__name__}")
+            raise UserError(
+                f"T.annotate_layout: '{buffer.name}' is in {buffer.scope()} memory and needs a "
+                f"{'Fragment' if is_fragment else 'Layout'}, got a {type(layout).__name__}"
+            )
         annotated_layouts[buffer] = layout
     return None  # nothing to emit: prim_func stores the layouts as a function attribute
 

@@ -48,8 +48,9 @@ def prim_func(func=None, *, private=False, check_well_formed=True):
     body = bind_single_store_scalars(body)
     parsed = parsed.with_body(body)
     if layouts:
-        parsed = parsed.with_attr("tl.annotated_layouts", tvm_ffi.convert(
-            {b: _layout_to_ir(lay) for b, lay in layouts.items()}))
+        parsed = parsed.with_attr(
+            "tl.annotated_layouts", tvm_ffi.convert({b: _layout_to_ir(lay) for b, lay in layouts.items()})
+        )
     return parsed
 
 
@@ -70,8 +71,16 @@ def mark_parallel_loops(body, parallel_vars: dict):
             return loop
         ann = dict(loop.annotations)
         ann.update(parallel_vars[loop.loop_var])
-        return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.PARALLEL, loop.body,
-                        loop.thread_binding, ann, span=loop.span)
+        return tirx.For(
+            loop.loop_var,
+            loop.min,
+            loop.extent,
+            tirx.ForKind.PARALLEL,
+            loop.body,
+            loop.thread_binding,
+            ann,
+            span=loop.span,
+        )
 
     return tvm_ffi.structural_map(body, [(tirx.For, on_for)], order="post")
 
@@ -80,8 +89,12 @@ def _is_scalar_alloc(stmt) -> bool:
     if not isinstance(stmt, tirx.AllocBuffer):
         return False
     buf = stmt.buffer
-    return buf.scope() == "local" and len(buf.shape) == 1 and isinstance(buf.shape[0], tirx.IntImm) \
+    return (
+        buf.scope() == "local"
+        and len(buf.shape) == 1
+        and isinstance(buf.shape[0], tirx.IntImm)
         and buf.shape[0].value == 1
+    )
 
 
 def _touches(node, buf, kinds) -> bool:
@@ -104,10 +117,14 @@ def bind_single_store_scalars(body):
         out, changed, k = [], False, 0
         while k < len(stmts):
             s, nxt = stmts[k], (stmts[k + 1] if k + 1 < len(stmts) else None)
-            rest = stmts[k + 2:]
-            if (_is_scalar_alloc(s) and isinstance(nxt, tirx.BufferStore) and nxt.buffer.same_as(s.buffer)
-                    and not _touches(nxt.value, s.buffer, [ir.TensorLoad])
-                    and not any(_touches(r, s.buffer, [tirx.BufferStore]) for r in rest)):
+            rest = stmts[k + 2 :]
+            if (
+                _is_scalar_alloc(s)
+                and isinstance(nxt, tirx.BufferStore)
+                and nxt.buffer.same_as(s.buffer)
+                and not _touches(nxt.value, s.buffer, [ir.TensorLoad])
+                and not any(_touches(r, s.buffer, [tirx.BufferStore]) for r in rest)
+            ):
                 buf = s.buffer
                 var = tirx.Var(buf.name, str(nxt.value.ty.dtype))
                 out.append(tirx.Bind(var, nxt.value, span=nxt.span))

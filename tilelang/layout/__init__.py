@@ -1,7 +1,7 @@
 """Layouts: `Fragment` (element -> thread, register) and `Layout` (element -> memory offset).
 
-    from tilelang.layout import make_swizzled_layout
-    T.annotate_layout({S_shared: make_swizzled_layout(S_shared)})
+from tilelang.layout import make_swizzled_layout
+T.annotate_layout({S_shared: make_swizzled_layout(S_shared)})
 """
 
 from tilelang.layout.fragment import Fragment, partition  # noqa: F401

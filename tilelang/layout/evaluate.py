@@ -32,9 +32,13 @@ _BINARY = {
     tirx.Or: "np.logical_or({a}, {b})",
 }
 
-_INTRINSICS = {"tirx.bitwise_xor": "({0} ^ {1})", "tirx.bitwise_and": "({0} & {1})",
-               "tirx.bitwise_or": "({0} | {1})", "tirx.shift_right": "({0} >> {1})",
-               "tirx.shift_left": "({0} << {1})"}
+_INTRINSICS = {
+    "tirx.bitwise_xor": "({0} ^ {1})",
+    "tirx.bitwise_and": "({0} & {1})",
+    "tirx.bitwise_or": "({0} | {1})",
+    "tirx.shift_right": "({0} >> {1})",
+    "tirx.shift_left": "({0} << {1})",
+}
 
 
 class NotEvaluable(Exception):
@@ -57,8 +61,10 @@ def _source(expr, names: dict) -> str:
     if isinstance(expr, tirx.Not):
         return f"np.logical_not({_source(expr.a, names)})"
     if isinstance(expr, tirx.Select):
-        return f"np.where({_source(expr.condition, names)}, {_source(expr.true_value, names)}, " \
-               f"{_source(expr.false_value, names)})"
+        return (
+            f"np.where({_source(expr.condition, names)}, {_source(expr.true_value, names)}, "
+            f"{_source(expr.false_value, names)})"
+        )
     if isinstance(expr, tirx.Cast):
         return _source(expr.value, names)
     if isinstance(expr, ir.Call) and getattr(expr.op, "name", None) in _INTRINSICS:

@@ -179,10 +179,17 @@ class Fragment:
     def with_shape_vars(self, new_vars):
         """The same layout written over other placeholder vars (e.g. a loop's own variables)."""
         mapping = dict(zip(self.vars, new_vars))
-        return Fragment(tuple(self.shape), list(new_vars), substitute(self.base, mapping),
-                        substitute(self.index, mapping), self.num_threads, list(self.groups), self.vector_size)
+        return Fragment(
+            tuple(self.shape),
+            list(new_vars),
+            substitute(self.base, mapping),
+            substitute(self.index, mapping),
+            self.num_threads,
+            list(self.groups),
+            self.vector_size,
+        )
 
-    def is_equivalent(self, other: "Fragment") -> bool:
+    def is_equivalent(self, other: Fragment) -> bool:
         """Same shape, threads, holders and register index for every element."""
         if tuple(self.shape) != tuple(other.shape) or self.num_threads != other.num_threads:
             return False
@@ -200,8 +207,10 @@ class Fragment:
     def __str__(self) -> str:
         args = ", ".join(v.name for v in self.vars)
         rep = f", replicated over {self.groups}" if self.groups else ""
-        return f"Fragment({list(self.shape)}: ({args}) -> thread {self.base}, index {self.index}; " \
-               f"{self.num_threads} threads{rep})"
+        return (
+            f"Fragment({list(self.shape)}: ({args}) -> thread {self.base}, index {self.index}; "
+            f"{self.num_threads} threads{rep})"
+        )
 
 
 def partition(shape, num_threads: int, vector_size: int = 1) -> Fragment:
@@ -221,8 +230,9 @@ def partition(shape, num_threads: int, vector_size: int = 1) -> Fragment:
     ana = sym.Analyzer()
     for v, n in zip(vars_, shape):
         ana.bind(v, ir.Range(0, n))
-    return Fragment(tuple(shape), vars_, ana.simplify(thread), ana.simplify(index), num_threads,
-                    vector_size=vector_size)
+    return Fragment(
+        tuple(shape), vars_, ana.simplify(thread), ana.simplify(index), num_threads, vector_size=vector_size
+    )
 
 
 class IrregularLayout(Exception):
@@ -318,14 +328,18 @@ def partition_rows(shape, num_threads: int, vector_size: int = 1) -> Fragment | 
     chunk = tirx.floordiv(col, _c(vector_size))
     thread = tirx.floormod(row, _c(rows_per_round)) * _c(per_row) + tirx.floormod(chunk, _c(per_row))
     per_thread = chunks // per_row * vector_size
-    index = tirx.floordiv(row, _c(rows_per_round)) * _c(per_thread) + \
-        tirx.floordiv(chunk, _c(per_row)) * _c(vector_size) + tirx.floormod(col, _c(vector_size))
+    index = (
+        tirx.floordiv(row, _c(rows_per_round)) * _c(per_thread)
+        + tirx.floordiv(chunk, _c(per_row)) * _c(vector_size)
+        + tirx.floormod(col, _c(vector_size))
+    )
     ana = sym.Analyzer()
     for v, n in zip(vars_, shape):
         ana.bind(v, ir.Range(0, n))
     del rows
-    return Fragment(tuple(shape), vars_, ana.simplify(thread), ana.simplify(index), num_threads,
-                    vector_size=vector_size)
+    return Fragment(
+        tuple(shape), vars_, ana.simplify(thread), ana.simplify(index), num_threads, vector_size=vector_size
+    )
 
 
 def to_ir(frag: Fragment):
@@ -339,5 +353,12 @@ def from_ir(value) -> Fragment:
     """Inverse of `to_ir`."""
     imap, shape, num_threads, groups, vector_size = value
     base, index = imap.final_indices
-    return Fragment(tuple(int(s) for s in shape), list(imap.initial_indices), base, index, int(num_threads),
-                    [(int(s), int(c)) for s, c in groups], int(vector_size))
+    return Fragment(
+        tuple(int(s) for s in shape),
+        list(imap.initial_indices),
+        base,
+        index,
+        int(num_threads),
+        [(int(s), int(c)) for s, c in groups],
+        int(vector_size),
+    )

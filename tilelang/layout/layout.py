@@ -15,7 +15,7 @@ import numpy as np
 from tvm import sym, tirx
 
 from tilelang.layout.evaluate import evaluate, grid
-from tilelang.layout.fragment import placeholder_vars, substitute
+from tilelang.layout.fragment import placeholder_vars, substitute  # noqa: F401  (placeholder_vars re-exported)
 
 
 def _c(x):
@@ -38,8 +38,34 @@ class Layout:
 
     def is_bijective(self) -> bool:
         offsets = evaluate(self.forward, dict(zip(self.vars, grid(self.shape)))).reshape(-1)
-        return len(np.unique(offsets)) == offsets.size and offsets.min() >= 0 and \
-            offsets.max() < self.physical_size
+        return len(np.unique(offsets)) == offsets.size and offsets.min() >= 0 and offsets.max() < self.physical_size
+
+    def compose(self, inner: "Layout") -> "Layout":
+        """The layout `x -> self(inner(x))`: `inner` maps this layout's logical space (flattened,
+        row-major) from its own logical shape, e.g. a reshape or permutation applied first."""
+        if inner.physical_size != math.prod(self.shape):
+            raise ValueError(f"cannot compose: inner layout reaches {inner.physical_size} elements, "
+                             f"this layout has {math.prod(self.shape)}")
+        coords, rem = [], inner.forward
+        for n in reversed(self.shape):
+            coords.append(tirx.floormod(rem, _c(n)))
+            rem = tirx.floordiv(rem, _c(n))
+        coords.reverse()
+        forward = sym.Analyzer().simplify(self.map(coords))
+        return Layout(tuple(inner.shape), list(inner.vars), forward, self.physical_size, f"{self.name}*{inner.name}")
+
+    def inverse(self) -> "Layout":
+        """The inverse map, physical offset -> row-major logical offset (a bijective layout only),
+        through TVM's IndexMap inverse."""
+        from tvm.tirx import IndexMap
+
+        flat = _c(0)
+        for v, n in zip(self.vars, self.shape):
+            flat = flat * _c(n) + v
+        imap = IndexMap(list(self.vars), [self.forward], None).inverse(list(self.shape))
+        (src,) = imap.initial_indices
+        logical = sym.Analyzer().simplify(substitute(flat, dict(zip(self.vars, imap.final_indices))))
+        return Layout((self.physical_size,), [src], logical, math.prod(self.shape), f"inverse({self.name})")
 
     def inverse_table(self) -> np.ndarray:
         """For each physical offset, the row-major logical offset stored there (-1 if none)."""

@@ -46,8 +46,10 @@ def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False):
         raise UserError("T.atomic_add: return_prev, use_tma and memory_order are not supported")
     if isinstance(dst, ir.TensorLoad) and not (base.is_buffer(value) or isinstance(value, ir.TensorRegion)):
         if dst.source.scope() in ("local", "local.fragment"):
-            raise UserError(f"T.atomic_add: '{dst.source.name}' is in {dst.source.scope()} memory; atomics are "
-                            f"for global or shared memory")
+            raise UserError(
+                f"T.atomic_add: '{dst.source.name}' is in {dst.source.scope()} memory; atomics are "
+                f"for global or shared memory"
+            )
         value = tirx.const(value, str(dst.source.dtype)) if isinstance(value, (int, float)) else value
         return element_atomic_add_call(dst, value)  # the parser makes the statement
     src_region, dst_region = base.to_region_pair(value, dst, "T.atomic_add")
@@ -55,8 +57,10 @@ def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False):
         raise UserError(f"T.atomic_add: the destination '{dst_region.name}' must be in global or shared memory")
     s_tile, d_tile = src_region.nonunit_extents(), dst_region.nonunit_extents()
     if [int(x) for x in s_tile] != [int(x) for x in d_tile]:
-        raise UserError(f"T.atomic_add: the value {src_region.describe()} and the destination "
-                        f"{dst_region.describe()} are tiles of different shapes")
+        raise UserError(
+            f"T.atomic_add: the value {src_region.describe()} and the destination "
+            f"{dst_region.describe()} are tiles of different shapes"
+        )
     return base.make_call(NAME, [src_region.to_ir(), dst_region.to_ir()])
 
 

@@ -69,7 +69,7 @@ class Region:
         return tirx.BufferRegion(self.buffer, ranges)
 
     @staticmethod
-    def from_ir(region: ir.TensorRegion) -> "Region":
+    def from_ir(region: ir.TensorRegion) -> Region:
         return Region(region.source, [r.min for r in region.region], [r.extent for r in region.region])
 
     def nonunit_extents(self) -> list:
@@ -91,14 +91,14 @@ def _as_prim(x):
     return tirx.const(x, "int32") if isinstance(x, int) else x
 
 
-def to_region(arg, what: str, like: "Region | None" = None) -> Region | None:
+def to_region(arg, what: str, like: Region | None = None) -> Region | None:
     """Normalise a tile-op argument to a Region.
 
     Accepts a whole buffer, a slice (`A[b, 0:64, h, :]`), or a start element (`A[by * 64, k * 32]`),
     whose extents are taken from `like` (right-aligned; leading dims get extent 1). Returns None
     for a start element when `like` is not known yet.
     """
-    if hasattr(arg, "scalar") and isinstance(getattr(arg, "scalar"), ir.TensorLoad):
+    if hasattr(arg, "scalar") and isinstance(arg.scalar, ir.TensorLoad):
         arg = arg.scalar  # T.alloc_var
     if is_buffer(arg):
         return Region(arg, [_as_prim(0) for _ in arg.shape], list(arg.shape))

@@ -77,6 +77,13 @@ def lower_simt(call, span=None) -> tirx.Stmt:
 
     loop = build_parallel_nest(d, body, span=span)
     if width and isinstance(loop, tirx.For):
-        loop = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body,
-                        annotations={"coalesced_width": width}, span=loop.span)
+        loop = tirx.For(
+            loop.loop_var,
+            loop.min,
+            loop.extent,
+            loop.kind,
+            loop.body,
+            annotations={"coalesced_width": width},
+            span=loop.span,
+        )
     return loop

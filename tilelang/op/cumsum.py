@@ -32,12 +32,14 @@ def cumsum(src, dst=None, dim: int = 0, reverse: bool = False):
             raise UserError("T.cumsum works on shared tiles; copy a fragment to a shared tile first")
     shape = [int(x) for x in s.buffer.shape]
     if shape != [int(x) for x in d.buffer.shape]:
-        raise UserError(f"T.cumsum: '{s.name}' has shape {shape} but '{d.name}' has shape "
-                        f"{[int(x) for x in d.buffer.shape]}")
+        raise UserError(
+            f"T.cumsum: '{s.name}' has shape {shape} but '{d.name}' has shape {[int(x) for x in d.buffer.shape]}"
+        )
     if not -len(shape) <= dim < len(shape):
         raise UserError(f"T.cumsum: dim {dim} is out of range for the {len(shape)}-d tile '{s.name}'")
-    return base.make_call(NAME, [s.to_ir(), d.to_ir(), tirx.const(dim % len(shape), "int32"),
-                                 tirx.const(int(bool(reverse)), "int32")])
+    return base.make_call(
+        NAME, [s.to_ir(), d.to_ir(), tirx.const(dim % len(shape), "int32"), tirx.const(int(bool(reverse)), "int32")]
+    )
 
 
 def lower(call, ctx, span=None) -> tirx.Stmt:
@@ -66,12 +68,21 @@ def lower(call, ctx, span=None) -> tirx.Stmt:
         value = tirx.Cast(dtype, value)
     read = tirx.For(k, 0, length, tirx.ForKind.SERIAL, tirx.BufferStore(line_buf, value, [k]))
     q = tirx.Var("q", "int32")  # each loop its own variable: the analyzer binds each once
-    scan = tirx.For(q, 1, length - 1, tirx.ForKind.SERIAL,
-                    tirx.BufferStore(line_buf, tirx.BufferLoad(line_buf, [q]) + tirx.BufferLoad(line_buf, [q - 1]),
-                                     [q]))
+    scan = tirx.For(
+        q,
+        1,
+        length - 1,
+        tirx.ForKind.SERIAL,
+        tirx.BufferStore(line_buf, tirx.BufferLoad(line_buf, [q]) + tirx.BufferLoad(line_buf, [q - 1]), [q]),
+    )
     w = tirx.Var("w", "int32")
-    write = tirx.For(w, 0, length, tirx.ForKind.SERIAL,
-                     tirx.BufferStore(dst, tirx.BufferLoad(line_buf, [w]), [fl.substitute(i, {k: w}) for i in idx]))
+    write = tirx.For(
+        w,
+        0,
+        length,
+        tirx.ForKind.SERIAL,
+        tirx.BufferStore(dst, tirx.BufferLoad(line_buf, [w]), [fl.substitute(i, {k: w}) for i in idx]),
+    )
     valid = line < lines if lines % ctx.num_threads else None
 
     def guarded(stmt):

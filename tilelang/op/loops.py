@@ -14,7 +14,7 @@ def build_parallel_nest(region, body_fn, span=None) -> tirx.Stmt:
     One loop per non-unit extent of `region`; unit dimensions are indexed at their start.
     """
     loop_vars, indices = [], []
-    for d, (start, extent) in enumerate(zip(region.starts, region.extents)):
+    for start, extent in zip(region.starts, region.extents):
         if is_one(extent):
             indices.append(start)
         else:

@@ -66,7 +66,8 @@ class LoopNode:
 
 def _is_identity(indices, node) -> bool:
     return len(indices) == len(node.vars) and all(
-        isinstance(i, ir.Var) and i.same_as(v) for i, v in zip(indices, node.vars))
+        isinstance(i, ir.Var) and i.same_as(v) for i, v in zip(indices, node.vars)
+    )
 
 
 def loop_layout_from(frag: fl.Fragment, indices, node: LoopNode, analyzer) -> fl.Fragment:
@@ -82,7 +83,9 @@ def loop_layout_from(frag: fl.Fragment, indices, node: LoopNode, analyzer) -> fl
         raise at_span(
             f"layout inference: the {node.describe()} touches fragment at indices that repeat across "
             f"iterations, so it cannot follow the fragment's layout; index a fragment with the loop "
-            f"variables of a loop over its own shape", node.span)
+            f"variables of a loop over its own shape",
+            node.span,
+        )
     return layout
 
 
@@ -101,12 +104,17 @@ def fragment_layout_from(node: LoopNode, indices, buffer) -> fl.Fragment:
         else:
             perm.append(None)
     used = [k for k in perm if k is not None and k >= 0]
-    if None in perm or sorted(used) != list(range(len(node.vars))) or \
-            any(node.shape[k] != n for k, n in zip(perm, shape) if k >= 0):
+    if (
+        None in perm
+        or sorted(used) != list(range(len(node.vars)))
+        or any(node.shape[k] != n for k, n in zip(perm, shape) if k >= 0)
+    ):
         raise at_span(
             f"layout inference: cannot derive a layout for fragment '{buffer.name}' of shape {list(shape)} "
             f"from a {node.describe()} indexing it as [{', '.join(str(i) for i in indices)}]; index a "
-            f"fragment with the loop variables of a loop over its own shape", node.span)
+            f"fragment with the loop variables of a loop over its own shape",
+            node.span,
+        )
     elem_vars = fl.placeholder_vars(len(indices), "j")
     point = [None] * len(node.vars)
     for d, k in enumerate(perm):
@@ -115,8 +123,15 @@ def fragment_layout_from(node: LoopNode, indices, buffer) -> fl.Fragment:
     mapping = dict(zip(node.vars, point))
     lay = node.layout
     vec = lay.vector_size if used == sorted(used) and perm[-1] == len(node.vars) - 1 else 1
-    return fl.Fragment(shape, elem_vars, fl.substitute(lay.base, mapping), fl.substitute(lay.index, mapping),
-                       lay.num_threads, list(lay.groups), vec)
+    return fl.Fragment(
+        shape,
+        elem_vars,
+        fl.substitute(lay.base, mapping),
+        fl.substitute(lay.index, mapping),
+        lay.num_threads,
+        list(lay.groups),
+        vec,
+    )
 
 
 def runs_where_held(loop_layout: fl.Fragment, frag: fl.Fragment, indices, loop_vars) -> bool:
@@ -145,6 +160,7 @@ def free_layouts(node: LoopNode, analyzer, coalesced_width: int = 0) -> list:
 
 
 # ---- lowering ----------------------------------------------------------------------------------
+
 
 def _uniform_guards(stmt, vec_var):
     """Guards evaluated at the vector's first lane (valid: the plan proved them uniform)."""
@@ -202,8 +218,9 @@ def lower(loop, layout: fl.Fragment, ctx) -> tirx.Stmt:
     extent = size // vec
     if extent == 1:
         return fl.substitute(body, {outer: tirx.const(0, "int32")})
-    return tirx.For(outer, tirx.const(0, "int32"), tirx.const(extent, "int32"), tirx.ForKind.SERIAL, body,
-                    span=loop.span)
+    return tirx.For(
+        outer, tirx.const(0, "int32"), tirx.const(extent, "int32"), tirx.ForKind.SERIAL, body, span=loop.span
+    )
 
 
 def _is_true(expr) -> bool:

@@ -57,8 +57,10 @@ def reduce(src, dst, reduce_type: str, dim: int = -1, clear: bool = True):
         raise UserError(f"T.reduce_{reduce_type}: source and destination must be buffers")
     for r, what in ((s, "source"), (d, "destination")):
         if r.buffer.scope() not in ("local.fragment", "shared.dyn", "shared"):
-            raise UserError(f"T.reduce_{reduce_type}: the {what} '{r.name}' must be a fragment or a shared "
-                            f"tile, not {r.buffer.scope()} memory")
+            raise UserError(
+                f"T.reduce_{reduce_type}: the {what} '{r.name}' must be a fragment or a shared "
+                f"tile, not {r.buffer.scope()} memory"
+            )
     src_shape = [int(x) for x in s.buffer.shape]
     dst_shape = [int(x) for x in d.buffer.shape]
     ndim = len(src_shape)
@@ -67,10 +69,17 @@ def reduce(src, dst, reduce_type: str, dim: int = -1, clear: bool = True):
     dim %= ndim
     expected = [n for k, n in enumerate(src_shape) if k != dim] or [1]
     if dst_shape != expected:
-        raise UserError(f"T.reduce_{reduce_type}: reducing '{s.name}' of shape {src_shape} along dim {dim} "
-                        f"gives shape {expected}, but the destination '{d.name}' has shape {dst_shape}")
-    args = [s.to_ir(), d.to_ir(), ir.StringImm(reduce_type), tirx.const(dim, "int32"),
-            tirx.const(int(bool(clear)), "int32")]
+        raise UserError(
+            f"T.reduce_{reduce_type}: reducing '{s.name}' of shape {src_shape} along dim {dim} "
+            f"gives shape {expected}, but the destination '{d.name}' has shape {dst_shape}"
+        )
+    args = [
+        s.to_ir(),
+        d.to_ir(),
+        ir.StringImm(reduce_type),
+        tirx.const(dim, "int32"),
+        tirx.const(int(bool(clear)), "int32"),
+    ]
     return base.make_call(NAME, args)
 
 
@@ -116,25 +125,31 @@ class Reduction:
 
 # ---- layout rule ---------------------------------------------------------------------------------
 
+
 def infer_dst_layout(src_layout: fl.Fragment, dim: int, span) -> fl.Fragment:
     from tilelang.language.diagnostics import at_span
 
     try:
         return fl.reduced(src_layout, dim)
     except fl.IrregularLayout as err:
-        raise at_span(f"T.reduce: cannot reduce along dim {dim}: the threads holding one row do not form a "
-                      f"regular group ({err})", span) from None
+        raise at_span(
+            f"T.reduce: cannot reduce along dim {dim}: the threads holding one row do not form a regular group ({err})",
+            span,
+        ) from None
 
 
 # ---- lowering ------------------------------------------------------------------------------------
+
 
 def lower(call, ctx, span=None) -> tirx.Stmt:
     red = Reduction(call)
     if red.on_fragments:
         return _lower_fragment(red, ctx)
     if red.src.scope() == "local.fragment" or red.dst.scope() == "local.fragment":
-        raise UserError(f"T.reduce_{red.kind}: source '{red.src.name}' and destination '{red.dst.name}' must "
-                        f"both be fragments or both be shared tiles")
+        raise UserError(
+            f"T.reduce_{red.kind}: source '{red.src.name}' and destination '{red.dst.name}' must "
+            f"both be fragments or both be shared tiles"
+        )
     return _lower_shared(red, ctx)
 
 
@@ -147,8 +162,9 @@ def _lower_fragment(red: Reduction, ctx) -> tirx.Stmt:
     acc = tirx.decl_buffer((slots,), dtype, f"{red.dst.name}_partial", scope="local")
     stmts = [tirx.AllocBuffer(acc)]
     s = tirx.Var("s", "int32")
-    stmts.append(tirx.For(s, _c(0), _c(slots), tirx.ForKind.UNROLLED,
-                          tirx.BufferStore(acc, identity(red.kind, dtype), [s])))
+    stmts.append(
+        tirx.For(s, _c(0), _c(slots), tirx.ForKind.UNROLLED, tirx.BufferStore(acc, identity(red.kind, dtype), [s]))
+    )
     # 1. in-thread: fold each register of src into its row's partial.
     r = tirx.Var("r", "int32")
     ana.bind(r, ir.Range(0, src_l.local_size))
@@ -208,13 +224,14 @@ def _combine_group(red, ctx, acc, slots, stride, count) -> tirx.Stmt:
     work = ctx.workspace((ctx.num_threads,), dtype)
     d = tirx.Var("d", "int32")
     group_base = fl.clear_groups(ctx.thread, [(stride, count)])
-    folded = _fold(red.kind, tirx.BufferLoad(acc, [s]),
-                   tirx.BufferLoad(work, [group_base + d * _c(stride)]))
-    per_slot = seq([
-        tirx.BufferStore(work, tirx.BufferLoad(acc, [s]), [ctx.thread]),
-        tirx.BufferStore(acc, identity(red.kind, dtype), [s]),
-        tirx.For(d, _c(0), _c(count), tirx.ForKind.UNROLLED, tirx.BufferStore(acc, folded, [s])),
-    ])
+    folded = _fold(red.kind, tirx.BufferLoad(acc, [s]), tirx.BufferLoad(work, [group_base + d * _c(stride)]))
+    per_slot = seq(
+        [
+            tirx.BufferStore(work, tirx.BufferLoad(acc, [s]), [ctx.thread]),
+            tirx.BufferStore(acc, identity(red.kind, dtype), [s]),
+            tirx.For(d, _c(0), _c(count), tirx.ForKind.UNROLLED, tirx.BufferStore(acc, folded, [s])),
+        ]
+    )
     return tirx.For(s, _c(0), _c(slots), tirx.ForKind.SERIAL, per_slot)
 
 
@@ -245,13 +262,21 @@ def _lower_shared(red: Reduction, ctx) -> tirx.Stmt:
     def guarded(stmt):
         return tirx.IfThenElse(valid, stmt, None) if valid is not None else stmt
 
-    fold = seq([
-        tirx.BufferStore(buf, init, [_c(0)]),
-        tirx.For(k, _c(0), _c(int(src.shape[red.dim])), tirx.ForKind.SERIAL,
-                 tirx.BufferStore(buf, _fold(red.kind, tirx.BufferLoad(buf, [_c(0)]), value), [_c(0)])),
-    ])
-    body = seq([tirx.AllocBuffer(buf), guarded(fold),
-                guarded(tirx.BufferStore(dst, tirx.BufferLoad(buf, [_c(0)]), out_idx))])
+    fold = seq(
+        [
+            tirx.BufferStore(buf, init, [_c(0)]),
+            tirx.For(
+                k,
+                _c(0),
+                _c(int(src.shape[red.dim])),
+                tirx.ForKind.SERIAL,
+                tirx.BufferStore(buf, _fold(red.kind, tirx.BufferLoad(buf, [_c(0)]), value), [_c(0)]),
+            ),
+        ]
+    )
+    body = seq(
+        [tirx.AllocBuffer(buf), guarded(fold), guarded(tirx.BufferStore(dst, tirx.BufferLoad(buf, [_c(0)]), out_idx))]
+    )
     rounds = (total + ctx.num_threads - 1) // ctx.num_threads
     return tirx.For(o, _c(0), _c(rounds), tirx.ForKind.SERIAL, body)
 

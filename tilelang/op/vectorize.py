@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from tvm import DataType, ir, tirx
 
-from tilelang.utils.ir import collect
-from tilelang.utils.ir import const_int
+from tilelang.utils.ir import collect, const_int
 
 MAX_VECTOR_BITS = 128
 

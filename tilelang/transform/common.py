@@ -14,8 +14,12 @@ THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
 
 def is_thread_extent(stmt, prefix: str = "") -> bool:
-    return (isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent"
-            and isinstance(stmt.node, tirx.IterVar) and stmt.node.thread_tag.startswith(prefix))
+    return (
+        isinstance(stmt, tirx.AttrStmt)
+        and stmt.attr_key == "thread_extent"
+        and isinstance(stmt.node, tirx.IterVar)
+        and stmt.node.thread_tag.startswith(prefix)
+    )
 
 
 class Scope:
@@ -78,7 +82,8 @@ def mutate_with_scope(body, scope: Scope, callbacks: dict):
 
         return handler
 
-    kinds = [tirx.For, tirx.AttrStmt, tirx.Bind] + [k for k in callbacks if k not in (tirx.For, tirx.AttrStmt, tirx.Bind)]
+    scoped = (tirx.For, tirx.AttrStmt, tirx.Bind)
+    kinds = list(scoped) + [k for k in callbacks if k not in scoped]
     result = tvm_ffi.structural_mutate(body, [(k, make(k)) for k in kinds])
     if errors:
         # An exception crossing the FFI boundary loses its type; raise the original here instead.

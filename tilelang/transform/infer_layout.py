@@ -58,6 +58,7 @@ class ReduceNode:
 
 # ---- collection ----------------------------------------------------------------------------------
 
+
 def _collect(func):
     scope = Scope()
     nodes = []
@@ -106,9 +107,13 @@ def _give(state, buffer, layout, span, node):
     if buffer in state.fragments:
         old = state.fragments[buffer]
         if not old.is_equivalent(layout):
-            raise at_span(f"layout inference: fragment '{buffer.name}' is used by two operations that need "
-                          f"different layouts: its layout came from the first location below, and "
-                          f"{node.describe()} at the second needs another", state.sources[buffer], span)
+            raise at_span(
+                f"layout inference: fragment '{buffer.name}' is used by two operations that need "
+                f"different layouts: its layout came from the first location below, and "
+                f"{node.describe()} at the second needs another",
+                state.sources[buffer],
+                span,
+            )
         return
     state.fragments[buffer] = layout
     state.sources[buffer] = span
@@ -126,7 +131,9 @@ def _settle_loop(state, node, layout):
                         f"layout inference: fragment '{buffer.name}' is used by two operations that need "
                         f"different layouts: its layout came from the first location below, and the "
                         f"{node.describe()} at the second would run its elements on other threads",
-                        state.sources[buffer], node.span)
+                        state.sources[buffer],
+                        node.span,
+                    )
             else:
                 _give(state, buffer, parallel.fragment_layout_from(node, indices, buffer), node.span, node)
     finally:
@@ -134,6 +141,7 @@ def _settle_loop(state, node, layout):
 
 
 # ---- the three levels ----------------------------------------------------------------------------
+
 
 def strict_level(func, nodes, state):
     """User-annotated fragment layouts and loop layouts."""
@@ -212,9 +220,12 @@ def free_level(nodes, state):
     roots = [n for n in component if n.kind == "parallel"]
     if not roots:
         node = component[0]
-        raise at_span(f"layout inference: the layout of fragment '{node.fragments[0].name}' cannot be inferred: "
-                      f"{node.describe()} needs its source's layout; write the source in a T.Parallel loop "
-                      f"or a copy first", node.span)
+        raise at_span(
+            f"layout inference: the layout of fragment '{node.fragments[0].name}' cannot be inferred: "
+            f"{node.describe()} needs its source's layout; write the source in a T.Parallel loop "
+            f"or a copy first",
+            node.span,
+        )
     buffers = set(b for n in component for b in n.fragments)
     best, best_cost, first_error = None, None, None
     for root in roots:
@@ -275,8 +286,9 @@ def _annotate(func, nodes, state):
         if loop.loop_var in by_var:
             ann = dict(loop.annotations)
             ann[LOOP_LAYOUT] = fl.to_ir(by_var[loop.loop_var])
-            return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding,
-                            ann, span=loop.span)
+            return tirx.For(
+                loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, ann, span=loop.span
+            )
         return loop
 
     func = func.with_body(tvm_ffi.structural_map(func.body, [(tirx.For, on_for)]))
@@ -294,8 +306,9 @@ def _annotate(func, nodes, state):
 def shared_layout_to_ir(layout: sl.Layout):
     from tvm.tirx import IndexMap
 
-    return tvm_ffi.convert([IndexMap(list(layout.vars), [layout.forward], None), list(layout.shape),
-                            layout.physical_size])
+    return tvm_ffi.convert(
+        [IndexMap(list(layout.vars), [layout.forward], None), list(layout.shape), layout.physical_size]
+    )
 
 
 def shared_layout_from_ir(value) -> sl.Layout:

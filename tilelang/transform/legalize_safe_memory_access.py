@@ -69,8 +69,11 @@ def legalize_safe_memory_access(func: tirx.PrimFunc) -> tirx.PrimFunc:
     def on_eval(stmt, recurse):
         # An element atomic (`T.atomic_add`) writes through the address of its first argument.
         call = stmt.value
-        if not (isinstance(call, ir.Call) and getattr(call.op, "name", "") == "tirx.call_extern"
-                and str(call.args[0].value) == atomic.ELEMENT):
+        if not (
+            isinstance(call, ir.Call)
+            and getattr(call.op, "name", "") == "tirx.call_extern"
+            and str(call.args[0].value) == atomic.ELEMENT
+        ):
             return stmt
         target = call.args[1].args[0]
         guard = _in_bounds(target.source, target.indices, ana) if _is_global(target.source) else None

@@ -20,8 +20,7 @@ from tvm import ir, tirx
 
 from tilelang.language.diagnostics import at_span
 from tilelang.layout import fragment as fl
-from tilelang.op import base, parallel
-from tilelang.op import cumsum
+from tilelang.op import base, cumsum, parallel
 from tilelang.op import reduce as reduce_op
 from tilelang.transform.common import Scope, collect, is_thread_extent, mutate_with_scope, walk
 from tilelang.transform.infer_layout import (
@@ -40,8 +39,10 @@ class LowerContext:
 
     def __init__(self, fragments, scope):
         self._fragments = fragments
-        self._locals = {b: tirx.decl_buffer((f.local_size,), str(b.dtype), f"{b.name}_local", scope="local")
-                        for b, f in fragments.items()}
+        self._locals = {
+            b: tirx.decl_buffer((f.local_size,), str(b.dtype), f"{b.name}_local", scope="local")
+            for b, f in fragments.items()
+        }
         self._scope = scope
         self.workspaces = []
 
@@ -130,8 +131,9 @@ def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
         ctx.workspaces = outer
         return new
 
-    body = mutate_with_scope(func.body, scope, {tirx.For: on_for, tirx.Evaluate: on_eval,
-                                                tirx.AllocBuffer: on_alloc, tirx.AttrStmt: on_attr})
+    body = mutate_with_scope(
+        func.body, scope, {tirx.For: on_for, tirx.Evaluate: on_eval, tirx.AllocBuffer: on_alloc, tirx.AttrStmt: on_attr}
+    )
     _check_no_fragment_left(body)
     if func.attrs is not None and SHARED_LAYOUTS in func.attrs:
         body = _apply_shared_layouts(body, func.attrs[SHARED_LAYOUTS])
@@ -145,8 +147,9 @@ def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
 def _apply_shared_layouts(body, layouts):
     """Shared tiles with a layout become flat buffers indexed through it."""
     table = {b: shared_layout_from_ir(v) for b, v in layouts.items()}
-    flat = {b: tirx.decl_buffer((lay.physical_size,), str(b.dtype), b.name, scope=b.scope())
-            for b, lay in table.items()}
+    flat = {
+        b: tirx.decl_buffer((lay.physical_size,), str(b.dtype), b.name, scope=b.scope()) for b, lay in table.items()
+    }
 
     def on_load(ld):
         if ld.source in table:
@@ -161,8 +164,9 @@ def _apply_shared_layouts(body, layouts):
     def on_alloc(stmt):
         return tirx.AllocBuffer(flat[stmt.buffer]) if stmt.buffer in table else stmt
 
-    return tvm_ffi.structural_map(body, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store),
-                                         (tirx.AllocBuffer, on_alloc)], order="post")
+    return tvm_ffi.structural_map(
+        body, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store), (tirx.AllocBuffer, on_alloc)], order="post"
+    )
 
 
 def _check_no_fragment_left(body):
@@ -173,12 +177,18 @@ def _check_no_fragment_left(body):
 
     def on_store(st):
         if st.buffer.scope() == "local.fragment":
-            raise at_span(f"fragment '{st.buffer.name}' is written outside a T.Parallel loop or tile op; "
-                          f"fragments are spread over threads, so index them only inside T.Parallel", st.span)
+            raise at_span(
+                f"fragment '{st.buffer.name}' is written outside a T.Parallel loop or tile op; "
+                f"fragments are spread over threads, so index them only inside T.Parallel",
+                st.span,
+            )
         reads = fragment_reads(st.value) + [n for i in st.indices for n in fragment_reads(i)]
         if reads:
-            raise at_span(f"fragment '{reads[0]}' is read outside a T.Parallel loop or tile op; "
-                          f"use T.alloc_local or T.alloc_var for per-thread values", st.span)
+            raise at_span(
+                f"fragment '{reads[0]}' is read outside a T.Parallel loop or tile op; "
+                f"use T.alloc_local or T.alloc_var for per-thread values",
+                st.span,
+            )
 
     def on_if(node):
         reads = fragment_reads(node.condition)

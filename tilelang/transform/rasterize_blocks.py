@@ -49,7 +49,7 @@ def rasterize_blocks(func: tirx.PrimFunc) -> tirx.PrimFunc:
                 else:
                     nby, nbx = _remap(by, bx, gy, gx, panel)
                 vx, vy = tirx.Var(f"{bx.name}_r", "int32"), tirx.Var(f"{by.name}_r", "int32")
-                rest = [substitute(s, {bx: vx, by: vy}) for s in stmts[k + 1:]]
+                rest = [substitute(s, {bx: vx, by: vy}) for s in stmts[k + 1 :]]
                 new = stmts[:k] + [tirx.Bind(vx, nbx), tirx.Bind(vy, nby)] + rest
                 return recurse(tirx.SeqStmt(new, span=seq.span))
         return recurse(seq)

@@ -58,8 +58,10 @@ def determine_target(target=None) -> Target:
     if text == "cuda":
         arch = detect_arch()
         if arch is None:
-            raise UserError("target 'cuda' needs a GPU to detect the architecture; none is visible. "
-                            "Name the architecture instead, e.g. target='sm_90a' or 'sm_80'")
+            raise UserError(
+                "target 'cuda' needs a GPU to detect the architecture; none is visible. "
+                "Name the architecture instead, e.g. target='sm_90a' or 'sm_80'"
+            )
         return _cuda(arch)
     if text.startswith("cuda") and "-arch=" in text:
         text = text.split("-arch=")[1].split()[0]

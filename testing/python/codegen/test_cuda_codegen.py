@@ -40,7 +40,7 @@ def test_examples_compile_with_nvcc(name, arch):
 
 def _body(src: str) -> str:
     """The last kernel's definition (after TVM's helper prelude)."""
-    return src[src.rindex('extern "C" __global__'):]
+    return src[src.rindex('extern "C" __global__') :]
 
 
 def test_vectorized_accesses_are_128_bit():

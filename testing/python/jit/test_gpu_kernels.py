@@ -30,8 +30,10 @@ def copy_2d(M, N, block_M, block_N, threads, dtype, via):
 def test_copy_roundtrip(via, dtype, M, N):
     A = torch.randn(M, N, device="cuda").mul(8).to(getattr(torch, dtype))
     B = copy_2d(M, N, 64, 64, 128, dtype, via)(A)
-    assert torch.equal(B.view(torch.uint8) if dtype.startswith("float8") else B,
-                       A.view(torch.uint8) if dtype.startswith("float8") else A)
+    assert torch.equal(
+        B.view(torch.uint8) if dtype.startswith("float8") else B,
+        A.view(torch.uint8) if dtype.startswith("float8") else A,
+    )
 
 
 @tilelang.jit(out_idx=[-1])

@@ -43,9 +43,18 @@ def test_normalize_out_idx():
         normalize_out_idx(3, 3)
 
 
-@pytest.mark.parametrize("spec,arch", [("sm_80", "sm_80"), ("sm_89", "sm_89"), ("sm_90", "sm_90a"),
-                                       ("sm_90a", "sm_90a"), ({"kind": "cuda", "arch": "sm_80"}, "sm_80"),
-                                       ("cuda -arch=sm_89", "sm_89"), ("nvidia/nvidia-a100", "sm_80")])
+@pytest.mark.parametrize(
+    "spec,arch",
+    [
+        ("sm_80", "sm_80"),
+        ("sm_89", "sm_89"),
+        ("sm_90", "sm_90a"),
+        ("sm_90a", "sm_90a"),
+        ({"kind": "cuda", "arch": "sm_80"}, "sm_80"),
+        ("cuda -arch=sm_89", "sm_89"),
+        ("nvidia/nvidia-a100", "sm_80"),
+    ],
+)
 def test_explicit_targets_need_no_gpu(spec, arch):
     target = determine_target(spec)
     assert arch_of(target) == arch and target.host.kind.name == "cuda_host"

@@ -25,8 +25,13 @@ def test_kernel_grid_and_threads():
         with T.Kernel(4, 8, 2, threads=(32, 4)) as (bx, by, bz):
             A[bx, by] = A[bz, 0]
 
-    assert _thread_extents(main) == {"blockIdx.x": 4, "blockIdx.y": 8, "blockIdx.z": 2,
-                                     "threadIdx.x": 32, "threadIdx.y": 4}
+    assert _thread_extents(main) == {
+        "blockIdx.x": 4,
+        "blockIdx.y": 8,
+        "blockIdx.z": 2,
+        "threadIdx.x": 32,
+        "threadIdx.y": 4,
+    }
 
 
 def test_kernel_single_block_index_and_ceildiv():
@@ -95,8 +100,12 @@ def test_loop_kinds_and_pipelined_annotations():
                 A[k] = 4.0
 
     loops = _collect(main, tirx.For)
-    assert [lp.kind for lp in loops] == [tirx.ForKind.SERIAL, tirx.ForKind.SERIAL, tirx.ForKind.UNROLLED,
-                                         tirx.ForKind.VECTORIZED]
+    assert [lp.kind for lp in loops] == [
+        tirx.ForKind.SERIAL,
+        tirx.ForKind.SERIAL,
+        tirx.ForKind.UNROLLED,
+        tirx.ForKind.VECTORIZED,
+    ]
     assert int(loops[0].annotations["num_stages"]) == 3
 
 
@@ -111,10 +120,10 @@ def test_copy_region_forms():
         with T.Kernel(2, 2, threads=128) as (bx, by):
             s = T.alloc_shared((64, 32), "float16")
             q = T.alloc_shared((64, 64), "float16")
-            T.copy(A[by * 64, bx * 32], s)                 # start element: extent from the other side
-            T.copy(s, A[by * 64:by * 64 + 64, 0:32])      # slice
-            T.copy(Q[bx, by * 64:by * 64 + 64, 3, :], q)  # slice with unit dimensions
-            T.copy(q, q)                                   # whole buffers
+            T.copy(A[by * 64, bx * 32], s)  # start element: extent from the other side
+            T.copy(s, A[by * 64 : by * 64 + 64, 0:32])  # slice
+            T.copy(Q[bx, by * 64 : by * 64 + 64, 3, :], q)  # slice with unit dimensions
+            T.copy(q, q)  # whole buffers
 
     got = _copy_regions(main)
     assert got[0] == ("A[by * 64:by * 64 + 64, bx * 32:bx * 32 + 32]", "s[0:0 + 64, 0:0 + 32]")
@@ -185,6 +194,7 @@ def test_math_helpers():
 
 def test_copy_shape_mismatch_names_buffers_and_line():
     with pytest.raises(Exception) as info:
+
         @T.prim_func
         def main(A: T.Tensor((256, 128), "float16")):
             with T.Kernel(1, threads=128):
@@ -198,6 +208,7 @@ def test_copy_shape_mismatch_names_buffers_and_line():
 
 def test_kernel_rejects_four_grid_dims():
     with pytest.raises(Exception, match="one to three grid extents"):
+
         @T.prim_func
         def main(A: T.Tensor((8,), "float32")):
             with T.Kernel(1, 1, 1, 1, threads=32):

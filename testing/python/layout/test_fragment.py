@@ -80,9 +80,9 @@ def test_map_gives_thread_and_register():
 @pytest.mark.parametrize(
     "shape,threads,vec,groups,slots",
     [
-        ((1, 4096), 256, 8, [(1, 256)], 1),      # one row over every thread
-        ((8, 4096), 256, 8, [(1, 256)], 8),      # several rows, each over every thread
-        ((128, 64), 128, 4, [(1, 16)], 16),      # 16 threads per row, 8 rows per round
+        ((1, 4096), 256, 8, [(1, 256)], 1),  # one row over every thread
+        ((8, 4096), 256, 8, [(1, 256)], 8),  # several rows, each over every thread
+        ((128, 64), 128, 4, [(1, 16)], 16),  # 16 threads per row, 8 rows per round
         ((64, 32), 64, 2, [(1, 16)], 16),
     ],
 )

@@ -8,8 +8,10 @@ from tilelang.layout import layout as sl
 from tilelang.layout.evaluate import evaluate
 
 
-@pytest.mark.parametrize("shape,bits,swizzle_bits", [((64, 64), 16, 3), ((32, 32), 32, 3), ((64, 32), 16, 2),
-                                                      ((32, 16), 16, 1), ((128, 128), 8, 3)])
+@pytest.mark.parametrize(
+    "shape,bits,swizzle_bits",
+    [((64, 64), 16, 3), ((32, 32), 32, 3), ((64, 32), 16, 2), ((32, 16), 16, 1), ((128, 128), 8, 3)],
+)
 def test_swizzle_is_a_permutation(shape, bits, swizzle_bits):
     assert sl.swizzle(shape, bits, swizzle_bits).is_bijective()
 
@@ -35,9 +37,36 @@ class _Buf:
         self.shape, self.dtype = shape, tvm.DataType(dtype)
 
 
-@pytest.mark.parametrize("shape,dtype,name", [((64, 64), "float16", "full_bank_swizzle"),
-                                              ((64, 32), "float16", "half_bank_swizzle"),
-                                              ((64, 16), "float16", "quarter_bank_swizzle"),
-                                              ((64, 4), "float16", "linear")])
+@pytest.mark.parametrize(
+    "shape,dtype,name",
+    [
+        ((64, 64), "float16", "full_bank_swizzle"),
+        ((64, 32), "float16", "half_bank_swizzle"),
+        ((64, 16), "float16", "quarter_bank_swizzle"),
+        ((64, 4), "float16", "linear"),
+    ],
+)
 def test_make_swizzled_layout_picks_the_widest_swizzle(shape, dtype, name):
     assert sl.make_swizzled_layout(_Buf(shape, dtype)).name == name
+
+
+def test_compose_a_transpose_with_a_row_major_layout():
+    rows, cols = 4, 6
+    row_major = sl.linear((rows, cols))
+    vars_ = sl.placeholder_vars(2)
+    transpose = sl.Layout((cols, rows), vars_, vars_[1] * cols + vars_[0], rows * cols, "transpose")
+    composed = row_major.compose(transpose)
+    j, i = np.indices((cols, rows)).reshape(2, -1)
+    got = evaluate(composed.forward, {composed.vars[0]: j, composed.vars[1]: i})
+    assert np.array_equal(got, i * cols + j)
+
+
+def test_inverse_of_a_permutation_round_trips():
+    lay = sl.Layout((8, 4), sl.placeholder_vars(2), None, 32, "perm")
+    i, j = lay.vars
+    lay.forward = j * 8 + i  # column-major storage of an 8 x 4 tile
+    inv = lay.inverse()
+    phys = np.arange(32)
+    logical = evaluate(inv.forward, {inv.vars[0]: phys})
+    back = evaluate(lay.forward, {i: logical // 4, j: logical % 4})
+    assert np.array_equal(back, phys)

@@ -37,8 +37,9 @@ def row_reduce(M, N, blk_m, threads, kind, clear, via):
 
 
 @pytest.mark.parametrize("kind", sorted(REFS))
-@pytest.mark.parametrize("M,N,blk_m,threads", [(256, 64, 16, 128), (100, 1000, 4, 128), (8, 4096, 1, 256),
-                                               (64, 96, 8, 64)])
+@pytest.mark.parametrize(
+    "M,N,blk_m,threads", [(256, 64, 16, 128), (100, 1000, 4, 128), (8, 4096, 1, 256), (64, 96, 8, 64)]
+)
 @pytest.mark.parametrize("clear", [True, False])
 def test_fragment_row_reductions(kind, M, N, blk_m, threads, clear):
     A = torch.randn(M, N, device="cuda")
@@ -46,8 +47,11 @@ def test_fragment_row_reductions(kind, M, N, blk_m, threads, clear):
     B = row_reduce(M, N, blk_m, threads, kind, clear, "fragment")(A, init)
     ref = REFS[kind](A)
     if not clear:
-        ref = torch.maximum(ref, init) if kind in ("max", "absmax") else (
-            torch.minimum(ref, init) if kind == "min" else ref + init)
+        ref = (
+            torch.maximum(ref, init)
+            if kind in ("max", "absmax")
+            else (torch.minimum(ref, init) if kind == "min" else ref + init)
+        )
     torch.testing.assert_close(B, ref, rtol=1e-4, atol=1e-3)
 
 
@@ -99,3 +103,28 @@ def test_atomic_add_tile_and_scalar():
     accumulate(100, 70, 32)(A, out, total)  # 4 copies of the grid each add A once
     torch.testing.assert_close(out, 4 * A, rtol=1e-5, atol=1e-5)
     assert total.item() == 4 * 4 * 3 * 128  # every thread of every block adds 1
+
+
+@tilelang.jit(out_idx=[-1])
+def swizzled_transpose(M, N, block, swizzle_blocks):
+    from tilelang.layout import make_swizzled_layout
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float16"), B: T.Tensor((N, M), "float16")):
+        with T.Kernel(T.ceildiv(N, block), T.ceildiv(M, block), threads=128) as (bx, by):
+            tile = T.alloc_shared((block, block), "float16")
+            T.annotate_layout({tile: make_swizzled_layout(tile)})
+            if swizzle_blocks:
+                T.use_swizzle(3)
+            T.copy(A[by * block, bx * block], tile)
+            for i, j in T.Parallel(block, block):
+                B[bx * block + i, by * block + j] = tile[j, i]
+
+    return main
+
+
+@pytest.mark.parametrize("swizzle_blocks", [False, True])
+def test_swizzled_shared_layout_and_block_rasterization(swizzle_blocks):
+    A = torch.randn(500, 333, device="cuda", dtype=torch.float16)
+    B = swizzled_transpose(500, 333, 64, swizzle_blocks)(A)
+    assert torch.equal(B, A.t().contiguous())

@@ -1,5 +1,6 @@
-import tilelang.language as T
 from ir_testing import assert_ir_equal
+
+import tilelang.language as T
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 
 
@@ -11,7 +12,7 @@ def test_copy_and_fill_become_parallel_loops():
             f = T.alloc_fragment((128, 64), "float32")
             T.copy(A[by * 128, 0], s)
             T.fill(f, 1.0)
-            T.copy(f, C[by * 128:by * 128 + 128, 0:64])
+            T.copy(f, C[by * 128 : by * 128 + 128, 0:64])
 
     @T.prim_func
     def expected(A: T.Tensor((1000, 64), "float16"), C: T.Tensor((1000, 64), "float32")):

@@ -195,6 +195,7 @@ def test_annotated_fragment_layout_is_strict():
 
 def test_annotate_layout_checks_the_shape():
     with pytest.raises(Exception, match="is for shape"):
+
         @T.prim_func
         def main(A: T.Tensor((64, 64), "float32")):
             with T.Kernel(1, threads=128):

@@ -1,5 +1,6 @@
-import tilelang.language as T
 from ir_testing import assert_ir_equal
+
+import tilelang.language as T
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
 
 
@@ -39,7 +40,7 @@ def test_in_bounds_tiles_are_untouched():
 def test_shared_and_fragment_accesses_are_not_guarded():
     @T.prim_func
     def before(A: T.Tensor((1000,), "float32")):
-        with T.Kernel(8, threads=128) as bx:
+        with T.Kernel(8, threads=128):
             s = T.alloc_shared((256,), "float32")
             for i in T.Parallel(128):
                 s[i + 128] = s[i]

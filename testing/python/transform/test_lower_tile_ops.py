@@ -1,8 +1,9 @@
 """Parallel loops become per-thread loops; fragments become per-thread register arrays."""
 
 import pytest
-import tilelang.language as T
 from ir_testing import assert_ir_equal
+
+import tilelang.language as T
 from tilelang.language.diagnostics import UserError
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import infer_layout
@@ -148,3 +149,16 @@ def test_threads_past_a_small_tile_do_nothing():
                 B[tx] = s[tx]
 
     assert_ir_equal(_run(before), expected)
+
+
+def test_a_128x128_fp32_fragment_over_128_threads_is_128_registers():
+    @T.prim_func
+    def before(A: T.Tensor((128, 128), "float32"), B: T.Tensor((128, 128), "float32")):
+        with T.Kernel(1, threads=128):
+            f = T.alloc_fragment((128, 128), "float32")
+            T.copy(A, f)
+            for i, j in T.Parallel(128, 128):
+                f[i, j] = f[i, j] * 2.0
+            T.copy(f, B)
+
+    assert "f_local = T.alloc_local((128,))" in _run(before).script()
