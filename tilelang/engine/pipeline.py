@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import s_tir, tirx
 
+from tilelang.transform.check_shared_memory import check_shared_memory, user_shared_tiles
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import infer_layout
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
@@ -95,6 +96,7 @@ def lower(func: tirx.PrimFunc, target, config: dict | None = None, name: str = "
     dump_dir = config.get("tl.dump_ir") or os.environ.get("TILELANG_DUMP_IR")
     mod = tvm.IRModule({name: func.with_attr("global_symbol", name)})
     mod = tirx.transform.BindTarget(target)(mod)
+    tiles = user_shared_tiles(func)
     steps = [(n, _apply_to_funcs(f)) for n, f in _tile_passes()] + _tvm_passes(config)
     tvm_config = {k: v for k, v in config.items() if k.startswith("tirx.")}
     with tvm.transform.PassContext(opt_level=3, config=tvm_config):
@@ -102,6 +104,9 @@ def lower(func: tirx.PrimFunc, target, config: dict | None = None, name: str = "
             mod = p(mod)
             if dump_dir:
                 _dump(dump_dir, k, pass_name, mod)
+            if pass_name == "merge_shared_memory":
+                # The merged block is each kernel's real shared-memory need: check it against the target.
+                check_shared_memory(mod, target, tiles)
         host_mod, device_mods = _build_utils.split_host_device_mods(mod)
         host_mod = tvm.s_tir.pipeline.finalize_host_passes()(host_mod)
         ((_, device_mod),) = device_mods.items()

@@ -44,8 +44,10 @@ class Layout:
         """The layout `x -> self(inner(x))`: `inner` maps this layout's logical space (flattened,
         row-major) from its own logical shape, e.g. a reshape or permutation applied first."""
         if inner.physical_size != math.prod(self.shape):
-            raise ValueError(f"cannot compose: inner layout reaches {inner.physical_size} elements, "
-                             f"this layout has {math.prod(self.shape)}")
+            raise ValueError(
+                f"cannot compose: inner layout reaches {inner.physical_size} elements, "
+                f"this layout has {math.prod(self.shape)}"
+            )
         coords, rem = [], inner.forward
         for n in reversed(self.shape):
             coords.append(tirx.floormod(rem, _c(n)))

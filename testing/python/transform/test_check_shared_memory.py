@@ -1,0 +1,31 @@
+"""Shared memory over the per-block limit is a clear error listing the kernel's tiles."""
+
+import pytest
+
+import tilelang
+import tilelang.language as T
+from tilelang.language.diagnostics import UserError
+
+
+def _kernel(rows):
+    @T.prim_func
+    def main(A: T.Tensor((rows, 256), "float32"), B: T.Tensor((rows, 256), "float32")):
+        with T.Kernel(1, threads=256):
+            big = T.alloc_shared((rows, 256), "float32")
+            T.copy(A, big)
+            T.copy(big, B)
+
+    return main
+
+
+def test_over_the_limit_names_the_tiles_and_the_limit():
+    with pytest.raises(UserError) as info:
+        tilelang.compile(_kernel(256), target="sm_90a")  # 256 KiB > 227 KiB
+    text = str(info.value)
+    assert "256.0 KiB" in text and "227 KiB" in text and "big: [256, 256] float32" in text
+
+
+def test_limits_differ_by_architecture():
+    tilelang.compile(_kernel(128), target="sm_80")  # 128 KiB fits sm_80's 163 KiB
+    with pytest.raises(UserError, match="sm_89 allows 99 KiB"):
+        tilelang.compile(_kernel(128), target="sm_89")
