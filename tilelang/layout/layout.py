@@ -40,7 +40,7 @@ class Layout:
         offsets = evaluate(self.forward, dict(zip(self.vars, grid(self.shape)))).reshape(-1)
         return len(np.unique(offsets)) == offsets.size and offsets.min() >= 0 and offsets.max() < self.physical_size
 
-    def compose(self, inner: "Layout") -> "Layout":
+    def compose(self, inner: Layout) -> Layout:
         """The layout `x -> self(inner(x))`: `inner` maps this layout's logical space (flattened,
         row-major) from its own logical shape, e.g. a reshape or permutation applied first."""
         if inner.physical_size != math.prod(self.shape):
@@ -56,7 +56,7 @@ class Layout:
         forward = sym.Analyzer().simplify(self.map(coords))
         return Layout(tuple(inner.shape), list(inner.vars), forward, self.physical_size, f"{self.name}*{inner.name}")
 
-    def inverse(self) -> "Layout":
+    def inverse(self) -> Layout:
         """The inverse map, physical offset -> row-major logical offset (a bijective layout only),
         through TVM's IndexMap inverse."""
         from tvm.tirx import IndexMap
