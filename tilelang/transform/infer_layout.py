@@ -28,6 +28,7 @@ from tilelang.language.diagnostics import at_span
 from tilelang.layout import fragment as fl
 from tilelang.layout import layout as sl
 from tilelang.op import base, parallel
+from tilelang.op import gemm as gemm_op
 from tilelang.op import reduce as reduce_op
 from tilelang.op.loops import is_parallel
 from tilelang.transform.common import Scope, mutate_with_scope
@@ -36,6 +37,24 @@ LOOP_LAYOUT = "tl.loop_layout"
 FRAGMENT_LAYOUTS = "tl.fragment_layouts"
 SHARED_LAYOUTS = "tl.shared_layouts"
 ANNOTATED_LAYOUTS = "tl.annotated_layouts"  # set by T.annotate_layout (language/annotations.py)
+
+
+class GemmNode:
+    """A `tl.gemm` call: its C (and fragment operands) have instruction-imposed layouts."""
+
+    kind = "gemm"
+
+    def __init__(self, call, span, threads):
+        self.call, self.span = call, span
+        self.gemm = gemm_op.Gemm(call)
+        self.num_threads = threads[1]
+
+    @property
+    def fragments(self):
+        return self.gemm.fragments()
+
+    def describe(self) -> str:
+        return f"T.gemm({self.gemm.a.name}, {self.gemm.b.name}, {self.gemm.c.name})"
 
 
 class ReduceNode:
@@ -74,6 +93,8 @@ def _collect(func):
     def on_eval(stmt, recurse):
         if base.is_tile_op(stmt.value, reduce_op.NAME):
             nodes.append(ReduceNode(stmt.value, stmt.span, scope.thread_var()))
+        elif base.is_tile_op(stmt.value, gemm_op.NAME):
+            nodes.append(GemmNode(stmt.value, stmt.span, scope.thread_var()))
         return stmt
 
     mutate_with_scope(func.body, scope, {tirx.For: on_for, tirx.Evaluate: on_eval})
@@ -97,6 +118,8 @@ class _State:
         return other
 
     def pending(self, node) -> bool:
+        if node.kind == "gemm":
+            return False  # settled at the strict level
         if node.kind == "parallel":
             return node not in self.loops
         return node.red.on_fragments and node not in self.reduced
@@ -144,11 +167,16 @@ def _settle_loop(state, node, layout):
 
 
 def strict_level(func, nodes, state):
-    """User-annotated fragment layouts and loop layouts."""
+    """User-annotated fragment layouts and loop layouts, and the register layouts of gemms."""
     annotated = func.attrs.get(ANNOTATED_LAYOUTS) if func.attrs is not None else None
     for buffer, value in (annotated or {}).items():
         if buffer.scope() == "local.fragment":
             _give(state, buffer, fl.from_ir(value), None, None)
+    target = func.attrs.get("target") if func.attrs is not None else None
+    for node in nodes:
+        if node.kind == "gemm":
+            for buffer, layout in gemm_op.layouts(node.gemm, target, node.num_threads, node.span).items():
+                _give(state, buffer, layout, node.span, node)
     for node in nodes:
         if node.kind == "parallel" and "loop_layout" in node.loop.annotations:
             _settle_loop(state, node, fl.from_ir(node.loop.annotations["loop_layout"]).with_shape_vars(node.vars))

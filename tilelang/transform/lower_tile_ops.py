@@ -21,6 +21,7 @@ from tvm import ir, tirx
 from tilelang.language.diagnostics import at_span
 from tilelang.layout import fragment as fl
 from tilelang.op import base, cumsum, parallel
+from tilelang.op import gemm as gemm_op
 from tilelang.op import reduce as reduce_op
 from tilelang.transform.common import Scope, collect, is_thread_extent, mutate_with_scope, walk
 from tilelang.transform.infer_layout import (
@@ -31,13 +32,14 @@ from tilelang.transform.infer_layout import (
 )
 from tilelang.utils.ir import seq
 
-_OP_LOWERINGS = {reduce_op.NAME: reduce_op.lower, cumsum.NAME: cumsum.lower}
+_OP_LOWERINGS = {reduce_op.NAME: reduce_op.lower, cumsum.NAME: cumsum.lower, gemm_op.NAME: gemm_op.lower}
 
 
 class LowerContext:
     """What an op's lowering may ask for."""
 
-    def __init__(self, fragments, scope):
+    def __init__(self, fragments, scope, target=None):
+        self.target = target
         self._fragments = fragments
         self._locals = {
             b: tirx.decl_buffer((f.local_size,), str(b.dtype), f"{b.name}_local", scope="local")
@@ -100,7 +102,7 @@ def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
     if func.attrs is not None and FRAGMENT_LAYOUTS in func.attrs:
         fragments = {b: fl.from_ir(v) for b, v in func.attrs[FRAGMENT_LAYOUTS].items()}
     scope = Scope()
-    ctx = LowerContext(fragments, scope)
+    ctx = LowerContext(fragments, scope, func.attrs.get("target") if func.attrs is not None else None)
 
     def on_for(loop, recurse):
         if LOOP_LAYOUT not in loop.annotations:

@@ -1,0 +1,218 @@
+// Block-level GEMM on tensor cores with mma.sync (sm_80/sm_89/sm_90): C[M,N] += A[M,K] * B[K,N] for
+// one thread block, warps tiled WarpM x WarpN over C. The MMA instructions are CuTe's atoms; the
+// register layouts below are the ones tilelang's layout inference assumes (tilelang/op/gemm.py):
+//   C element (i, j): warp (i / (M/WarpM), j / (N/WarpN)), lane 4 * (i % 8) + (j % 8) / 2,
+//   register ((mi * NI + ni) * 4 + 2 * ((i % 16) / 8) + j % 2) with mi, ni the 16x8 atom in the warp tile.
+#pragma once
+
+#include <cute/arch/mma_sm80.hpp>
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#include <cute/arch/mma_sm89.hpp>
+#endif
+
+#include "common.h"
+
+namespace tl {
+namespace mma_detail {
+
+// One 16 x 8 x K atom per element-type triple: its K and how 32-bit registers pack elements.
+template <typename TA, typename TB, typename TC>
+struct Atom;
+
+template <>
+struct Atom<half, half, float> {
+  static constexpr int K = 16;
+  TL_DEVICE static void fma(float* c, const uint32_t* a, const uint32_t* b) {
+    cute::SM80_16x8x16_F32F16F16F32_TN::fma(c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3], b[0], b[1], c[0], c[1],
+                                            c[2], c[3]);
+  }
+};
+
+template <>
+struct Atom<__nv_bfloat16, __nv_bfloat16, float> {
+  static constexpr int K = 16;
+  TL_DEVICE static void fma(float* c, const uint32_t* a, const uint32_t* b) {
+    cute::SM80_16x8x16_F32BF16BF16F32_TN::fma(c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3], b[0], b[1], c[0],
+                                              c[1], c[2], c[3]);
+  }
+};
+
+template <>
+struct Atom<half, half, half> {
+  static constexpr int K = 16;
+  TL_DEVICE static void fma(half* c, const uint32_t* a, const uint32_t* b) {
+    uint32_t* d = reinterpret_cast<uint32_t*>(c);  // four halves as two packed pairs
+    cute::SM80_16x8x16_F16F16F16F16_TN::fma(d[0], d[1], a[0], a[1], a[2], a[3], b[0], b[1], d[0], d[1]);
+  }
+};
+
+template <>
+struct Atom<float, float, float> {  // float inputs run as tf32
+  static constexpr int K = 8;
+  TL_DEVICE static void fma(float* c, const uint32_t* a, const uint32_t* b) {
+    cute::SM80_16x8x8_F32TF32TF32F32_TN::fma(c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3], b[0], b[1], c[0], c[1],
+                                             c[2], c[3]);
+  }
+};
+
+template <>
+struct Atom<int8_t, int8_t, int> {
+  static constexpr int K = 32;
+  TL_DEVICE static void fma(int* c, const uint32_t* a, const uint32_t* b) {
+    uint32_t* d = reinterpret_cast<uint32_t*>(c);  // CuTe's atom takes the s32 accumulators as u32
+    cute::SM80_16x8x32_S32S8S8S32_TN::fma(d[0], d[1], d[2], d[3], a[0], a[1], a[2], a[3], b[0], b[1], d[0], d[1],
+                                          d[2], d[3]);
+  }
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+template <>
+struct Atom<__nv_fp8_e4m3, __nv_fp8_e4m3, float> {
+  static constexpr int K = 32;
+  TL_DEVICE static void fma(float* c, const uint32_t* a, const uint32_t* b) {
+    cute::SM89_16x8x32_F32E4M3E4M3F32_TN::fma(c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3], b[0], b[1], c[0],
+                                              c[1], c[2], c[3]);
+  }
+};
+
+template <>
+struct Atom<__nv_fp8_e5m2, __nv_fp8_e5m2, float> {
+  static constexpr int K = 32;
+  TL_DEVICE static void fma(float* c, const uint32_t* a, const uint32_t* b) {
+    cute::SM89_16x8x32_F32E5M2E5M2F32_TN::fma(c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3], b[0], b[1], c[0],
+                                              c[1], c[2], c[3]);
+  }
+};
+#endif
+
+// `Pack` elements p[0], p[stride], ... in one 32-bit register (the first in the low bits).
+template <int Pack, typename T>
+TL_DEVICE uint32_t pack(const T* p, int stride) {
+  static_assert(Pack * sizeof(T) == 4, "an mma operand register holds 32 bits of elements");
+  union {
+    uint32_t bits;
+    T elems[Pack];
+  } v;
+#pragma unroll
+  for (int e = 0; e < Pack; ++e) v.elems[e] = p[e * stride];
+  return v.bits;
+}
+
+template <int M, int N, int K, int WarpM, int WarpN, typename TA, typename TB, typename TC>
+struct Shape {
+  using Mma = Atom<TA, TB, TC>;
+  static constexpr int WM = M / WarpM, WN = N / WarpN;
+  static constexpr int MI = WM / 16, NI = WN / 8;
+  static constexpr int AK = Mma::K, KT = K / AK;
+  static constexpr int PA = 4 / sizeof(TA), PB = 4 / sizeof(TB);
+  static_assert(M % (16 * WarpM) == 0, "each warp's rows must be a multiple of the 16-row mma atom");
+  static_assert(N % (8 * WarpN) == 0, "each warp's columns must be a multiple of the 8-column mma atom");
+  static_assert(K % AK == 0, "K must be a multiple of the mma atom's K");
+};
+
+// Operand registers of one K step, read from shared memory in the mma fragment layout
+// (PTX ISA, "Matrix Fragments for mma.m16n8k*"): g = lane / 4, t = lane % 4.
+template <class S, bool TransA, int LdA, typename TA>
+TL_DEVICE void load_a(uint32_t (&a)[S::MI][4], const TA* A, int row0, int k0, int g, int t) {
+#pragma unroll
+  for (int mi = 0; mi < S::MI; ++mi)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      int row = row0 + mi * 16 + g + 8 * (r % 2);
+      int col = k0 + (r / 2) * 4 * S::PA + t * S::PA;
+      a[mi][r] = TransA ? pack<S::PA>(A + col * LdA + row, LdA) : pack<S::PA>(A + row * LdA + col, 1);
+    }
+}
+
+template <class S, bool TransB, int LdB, typename TB>
+TL_DEVICE void load_b(uint32_t (&b)[S::NI][2], const TB* B, int col0, int k0, int g, int t) {
+#pragma unroll
+  for (int ni = 0; ni < S::NI; ++ni)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      int n = col0 + ni * 8 + g;
+      int k = k0 + r * 4 * S::PB + t * S::PB;
+      b[ni][r] = TransB ? pack<S::PB>(B + n * LdB + k, 1) : pack<S::PB>(B + k * LdB + n, LdB);
+    }
+}
+
+template <class S, typename TC>
+TL_DEVICE void accumulate(TC* C, const uint32_t (&a)[S::MI][4], const uint32_t (&b)[S::NI][2]) {
+#pragma unroll
+  for (int mi = 0; mi < S::MI; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < S::NI; ++ni) S::Mma::fma(C + (mi * S::NI + ni) * 4, a[mi], b[ni]);
+}
+
+template <class S, bool Clear, typename TC>
+TL_DEVICE void clear(TC* C) {
+  if (Clear) {
+#pragma unroll
+    for (int i = 0; i < S::MI * S::NI * 4; ++i) C[i] = TC(0);
+  }
+}
+
+}  // namespace mma_detail
+
+// A and B in shared memory (row-major; LdA/LdB are their row lengths), C in registers.
+template <int M, int N, int K, int WarpM, int WarpN, bool TransA, bool TransB, bool Clear, int LdA, int LdB,
+          typename TA, typename TB, typename TC>
+TL_DEVICE void gemm_ss(const TA* A, const TB* B, TC* C) {
+  using S = mma_detail::Shape<M, N, K, WarpM, WarpN, TA, TB, TC>;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int row0 = (warp % WarpM) * S::WM, col0 = (warp / WarpM) * S::WN;
+  mma_detail::clear<S, Clear>(C);
+#pragma unroll
+  for (int kt = 0; kt < S::KT; ++kt) {
+    uint32_t a[S::MI][4], b[S::NI][2];
+    mma_detail::load_a<S, TransA, LdA>(a, A, row0, kt * S::AK, lane / 4, lane % 4);
+    mma_detail::load_b<S, TransB, LdB>(b, B, col0, kt * S::AK, lane / 4, lane % 4);
+    mma_detail::accumulate<S>(C, a, b);
+  }
+}
+
+// A in registers (the A-fragment layout of tilelang/op/gemm.py), B in shared memory.
+template <int M, int N, int K, int WarpM, int WarpN, bool TransA, bool TransB, bool Clear, int LdA, int LdB,
+          typename TA, typename TB, typename TC>
+TL_DEVICE void gemm_rs(const TA* A, const TB* B, TC* C) {
+  using S = mma_detail::Shape<M, N, K, WarpM, WarpN, TA, TB, TC>;
+  static_assert(!TransA, "an A operand in registers is not transposed");
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int col0 = (warp / WarpM) * S::WN;
+  mma_detail::clear<S, Clear>(C);
+#pragma unroll
+  for (int kt = 0; kt < S::KT; ++kt) {
+    uint32_t a[S::MI][4], b[S::NI][2];
+#pragma unroll
+    for (int mi = 0; mi < S::MI; ++mi)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        a[mi][r] = mma_detail::pack<S::PA>(A + ((mi * S::KT + kt) * 4 + r) * S::PA, 1);
+    mma_detail::load_b<S, TransB, LdB>(b, B, col0, kt * S::AK, lane / 4, lane % 4);
+    mma_detail::accumulate<S>(C, a, b);
+  }
+}
+
+// A in shared memory, B in registers (the B-fragment layout of tilelang/op/gemm.py).
+template <int M, int N, int K, int WarpM, int WarpN, bool TransA, bool TransB, bool Clear, int LdA, int LdB,
+          typename TA, typename TB, typename TC>
+TL_DEVICE void gemm_sr(const TA* A, const TB* B, TC* C) {
+  using S = mma_detail::Shape<M, N, K, WarpM, WarpN, TA, TB, TC>;
+  static_assert(!TransB, "a B operand in registers is not transposed");
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int row0 = (warp % WarpM) * S::WM;
+  mma_detail::clear<S, Clear>(C);
+#pragma unroll
+  for (int kt = 0; kt < S::KT; ++kt) {
+    uint32_t a[S::MI][4], b[S::NI][2];
+    mma_detail::load_a<S, TransA, LdA>(a, A, row0, kt * S::AK, lane / 4, lane % 4);
+#pragma unroll
+    for (int ni = 0; ni < S::NI; ++ni)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        b[ni][r] = mma_detail::pack<S::PB>(B + ((ni * S::KT + kt) * 2 + r) * S::PB, 1);
+    mma_detail::accumulate<S>(C, a, b);
+  }
+}
+
+}  // namespace tl

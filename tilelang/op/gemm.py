@@ -1,0 +1,240 @@
+"""`T.gemm(A, B, C, transpose_A, transpose_B, policy, clear_accum, k_pack)`: C += A @ B on tensor cores.
+
+A and B are shared tiles or fragments (ss, rs, sr); C is a fragment. The warps of the block tile
+C's M x N as WarpM x WarpN (`GemmWarpPolicy`); each warp runs 16 x 8 mma.sync atoms over its part.
+
+Layout rule (strict level): C, and A or B when they are fragments, get the register layouts the
+device template uses (`src/tl_templates/cuda/gemm_mma.h`); a fragment A is replicated over the
+warps that share its rows, a fragment B over the warps that share its columns.
+Lowering: a call to `tl::gemm_ss/rs/sr<M, N, K, WarpM, WarpN, ...>(A, B, C)`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from tvm import tirx
+
+from tilelang.language.diagnostics import UserError, at_span
+from tilelang.layout import fragment as fl
+from tilelang.op import base
+from tilelang.op import gemm_instructions as instructions
+
+NAME = "gemm"
+
+
+class GemmWarpPolicy(enum.IntEnum):
+    """How the warps of a block tile the M x N output."""
+
+    Square = 0  # as square a warp tile as the shape allows
+    FullRow = 1  # all warps along M (each warp owns whole rows)
+    FullCol = 2  # all warps along N (each warp owns whole columns)
+
+
+def gemm(
+    A,
+    B,
+    C,
+    transpose_A=False,
+    transpose_B=False,
+    policy=GemmWarpPolicy.Square,
+    clear_accum=False,
+    k_pack=1,
+    wg_wait=0,
+    mbar=None,
+    annotations=None,
+):
+    """C += A @ B (A^T / B^T with the transpose flags); with clear_accum, C = A @ B.
+
+    Args:
+        A: (M, K) or, transposed, (K, M): a shared tile or a fragment.
+        B: (K, N) or, transposed, (N, K): a shared tile or a fragment.
+        C: (M, N) fragment, the accumulator.
+        policy: T.GemmWarpPolicy.Square / FullRow / FullCol.
+
+    Errors: UserError on shapes that do not chain, wrong memory scopes, or (when compiled) dtypes
+    the target's tensor cores cannot multiply and tiles the instruction shape does not divide.
+
+    Example:
+        T.gemm(A_shared, B_shared, C_local)
+        T.gemm(Q_shared, K_shared, S_local, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+    """
+    a, b, c = (base.to_region(x, f"T.gemm {n}") for x, n in ((A, "A"), (B, "B"), (C, "C")))
+    for r, n in ((a, "A"), (b, "B"), (c, "C")):
+        if r is None:
+            raise UserError(f"T.gemm: {n} must be a buffer, not a single element")
+    if c.buffer.scope() != "local.fragment":
+        raise UserError(
+            f"T.gemm: the accumulator C ('{c.name}') must be a fragment (T.alloc_fragment), "
+            f"not {c.buffer.scope()} memory"
+        )
+    for r, n in ((a, "A"), (b, "B")):
+        if r.buffer.scope() not in ("shared.dyn", "shared", "local.fragment"):
+            raise UserError(f"T.gemm: {n} ('{r.name}') must be a shared tile or a fragment")
+    if a.buffer.scope() == "local.fragment" and b.buffer.scope() == "local.fragment":
+        raise UserError("T.gemm: A and B cannot both be fragments; keep one in shared memory")
+    a_shape, b_shape, c_shape = ([int(x) for x in r.nonunit_extents()] for r in (a, b, c))
+    if len(a_shape) != 2 or len(b_shape) != 2 or len(c_shape) != 2:
+        raise UserError(f"T.gemm: A, B and C must be 2-d tiles, got {a_shape}, {b_shape}, {c_shape}")
+    M, K = (a_shape[1], a_shape[0]) if transpose_A else tuple(a_shape)
+    K2, N = (b_shape[1], b_shape[0]) if transpose_B else tuple(b_shape)
+    if K != K2 or [M, N] != c_shape:
+        raise UserError(
+            f"T.gemm: shapes do not chain: A is {a_shape}{' (transposed)' if transpose_A else ''}, "
+            f"B is {b_shape}{' (transposed)' if transpose_B else ''}, C is {c_shape}; "
+            f"need A (M, K), B (K, N), C (M, N)"
+        )
+    if int(k_pack) != 1:
+        raise UserError("T.gemm: k_pack other than 1 is not supported on this target")
+    args = [
+        a.to_ir(),
+        b.to_ir(),
+        c.to_ir(),
+        tirx.const(int(bool(transpose_A)), "int32"),
+        tirx.const(int(bool(transpose_B)), "int32"),
+        tirx.const(int(policy), "int32"),
+        tirx.const(int(bool(clear_accum)), "int32"),
+    ]
+    return base.make_call(NAME, args)
+
+
+class Gemm:
+    """A parsed `tl.gemm` call with its shape."""
+
+    def __init__(self, call):
+        self.a, self.b, self.c = (base.Region.from_ir(call.args[k]) for k in range(3))
+        self.trans_a, self.trans_b = bool(int(call.args[3].value)), bool(int(call.args[4].value))
+        self.policy = GemmWarpPolicy(int(call.args[5].value))
+        self.clear = bool(int(call.args[6].value))
+        self.M, self.N = (int(x) for x in self.c.nonunit_extents())
+        a_shape = [int(x) for x in self.a.nonunit_extents()]
+        self.K = a_shape[0] if self.trans_a else a_shape[1]
+
+    @property
+    def kind(self) -> str:
+        return ("r" if self.a.buffer.scope() == "local.fragment" else "s") + (
+            "r" if self.b.buffer.scope() == "local.fragment" else "s"
+        )
+
+    def fragments(self):
+        return [r.buffer for r in (self.a, self.b, self.c) if r.buffer.scope() == "local.fragment"]
+
+
+def warp_partition(M: int, N: int, num_warps: int, policy: GemmWarpPolicy, span=None) -> tuple[int, int]:
+    """(WarpM, WarpN) with WarpM * WarpN = num_warps, each warp tile a whole number of 16 x 8 atoms."""
+    candidates = [(wm, num_warps // wm) for wm in range(1, num_warps + 1) if num_warps % wm == 0]
+    fits = [(wm, wn) for wm, wn in candidates if M % (16 * wm) == 0 and N % (8 * wn) == 0]
+    if not fits:
+        raise at_span(
+            f"T.gemm: {num_warps} warps cannot tile a {M} x {N} output in 16 x 8 mma atoms; use M a "
+            f"multiple of 16 and N a multiple of 8 (with enough rows/columns for the warps)",
+            span,
+        )
+    if policy == GemmWarpPolicy.FullRow:
+        preferred = [f for f in fits if f[0] == num_warps] or fits
+        return max(preferred, key=lambda f: f[0])
+    if policy == GemmWarpPolicy.FullCol:
+        preferred = [f for f in fits if f[1] == num_warps] or fits
+        return max(preferred, key=lambda f: f[1])
+    return min(fits, key=lambda f: (abs(M / f[0] - N / f[1]), -f[0]))
+
+
+def _c(x):
+    return tirx.const(int(x), "int32")
+
+
+def layouts(g: Gemm, target, num_threads: int, span=None) -> dict:
+    """The register layouts this gemm imposes: {buffer: Fragment} for C and fragment operands."""
+    if num_threads % 32:
+        raise at_span(f"T.gemm needs whole warps; the kernel has {num_threads} threads", span)
+    inst = instructions.select(target, str(g.a.buffer.dtype), str(g.b.buffer.dtype), str(g.c.buffer.dtype))
+    if g.K % inst.k:
+        raise at_span(
+            f"T.gemm: K = {g.K} is not a multiple of {inst.k}, the K of {inst.name}; use a block_K "
+            f"that is a multiple of {inst.k}",
+            span,
+        )
+    wm, wn = warp_partition(g.M, g.N, num_threads // 32, g.policy, span)
+    WM, WN = g.M // wm, g.N // wn
+    NI, KT = WN // 8, g.K // inst.k
+    out = {}
+    i, j = fl.placeholder_vars(2)
+    rr, cc = tirx.floormod(i, _c(16)), tirx.floormod(j, _c(8))
+    lane = tirx.floormod(rr, _c(8)) * _c(4) + tirx.floordiv(cc, _c(2))
+    c_thread = (tirx.floordiv(j, _c(WN)) * _c(wm) + tirx.floordiv(i, _c(WM))) * _c(32) + lane
+    c_index = (
+        (tirx.floordiv(tirx.floormod(i, _c(WM)), _c(16)) * _c(NI) + tirx.floordiv(tirx.floormod(j, _c(WN)), _c(8)))
+        * _c(4)
+        + tirx.floordiv(rr, _c(8)) * _c(2)
+        + tirx.floormod(cc, _c(2))
+    )
+    # vector_size 2: each thread holds pairs of adjacent columns in adjacent registers.
+    out[g.c.buffer] = fl.Fragment((g.M, g.N), [i, j], c_thread, c_index, num_threads, vector_size=2)
+    pack = 32 // _bits(g.a.buffer.dtype)
+    if g.a.buffer.scope() == "local.fragment":
+        if g.trans_a:
+            raise at_span("T.gemm: an A operand in registers cannot be transposed", span)
+        m, k = fl.placeholder_vars(2, "a")
+        kk = tirx.floormod(k, _c(inst.k))
+        t = tirx.floordiv(tirx.floormod(kk, _c(4 * pack)), _c(pack))
+        r = tirx.floordiv(kk, _c(4 * pack)) * _c(2) + tirx.floordiv(tirx.floormod(m, _c(16)), _c(8))
+        base_thread = tirx.floordiv(m, _c(WM)) * _c(32) + tirx.floormod(m, _c(8)) * _c(4) + t
+        index = (
+            (tirx.floordiv(tirx.floormod(m, _c(WM)), _c(16)) * _c(KT) + tirx.floordiv(k, _c(inst.k))) * _c(4) + r
+        ) * _c(pack) + tirx.floormod(k, _c(pack))
+        groups = [(32 * wm, wn)] if wn > 1 else []
+        out[g.a.buffer] = fl.Fragment((g.M, g.K), [m, k], base_thread, index, num_threads, groups)
+    pack_b = 32 // _bits(g.b.buffer.dtype)
+    if g.b.buffer.scope() == "local.fragment":
+        if g.trans_b:
+            raise at_span("T.gemm: a B operand in registers cannot be transposed", span)
+        k, n = fl.placeholder_vars(2, "b")
+        kk = tirx.floormod(k, _c(inst.k))
+        t = tirx.floordiv(tirx.floormod(kk, _c(4 * pack_b)), _c(pack_b))
+        r = tirx.floordiv(kk, _c(4 * pack_b))
+        base_thread = tirx.floordiv(n, _c(WN)) * _c(wm * 32) + tirx.floormod(n, _c(8)) * _c(4) + t
+        index = (
+            (tirx.floordiv(tirx.floormod(n, _c(WN)), _c(8)) * _c(KT) + tirx.floordiv(k, _c(inst.k))) * _c(2) + r
+        ) * _c(pack_b) + tirx.floormod(k, _c(pack_b))
+        groups = [(32, wm)] if wm > 1 else []
+        out[g.b.buffer] = fl.Fragment((g.K, g.N), [k, n], base_thread, index, num_threads, groups)
+    return out
+
+
+def _bits(dtype) -> int:
+    import tvm
+
+    return tvm.DataType(str(dtype)).bits
+
+
+def _pointer(region, ctx, rw: int):
+    """A typed pointer to the region's first element, marked read/write for barrier insertion."""
+    buf = region.buffer
+    if ctx.has_local(buf):
+        buf = ctx.local_of(buf)
+        offset, extent = _c(0), _c(int(buf.shape[0]))
+    else:
+        offset = _c(0)
+        stride = 1
+        for s, n in reversed(list(zip(region.starts, buf.shape))):
+            offset = offset + s * _c(stride)
+            stride *= int(n)
+        extent = _c(stride)
+    return tirx.tvm_access_ptr(tirx.type_annotation(str(buf.dtype)), buf.data, offset, extent, rw)
+
+
+def lower(call, ctx, span=None) -> tirx.Stmt:
+    g = Gemm(call)
+    layouts(g, ctx.target, ctx.num_threads, span)  # re-checks the instruction and the shapes
+    wm, wn = warp_partition(g.M, g.N, ctx.num_threads // 32, g.policy, span)
+    lda, ldb = int(g.a.buffer.shape[-1]), int(g.b.buffer.shape[-1])
+
+    def flag(x):
+        return "true" if x else "false"
+
+    name = (
+        f"tl::gemm_{g.kind}<{g.M}, {g.N}, {g.K}, {wm}, {wn}, {flag(g.trans_a)}, {flag(g.trans_b)}, "
+        f"{flag(g.clear)}, {lda}, {ldb}>"
+    )
+    args = [_pointer(g.a, ctx, 1), _pointer(g.b, ctx, 1), _pointer(g.c, ctx, 3)]
+    return tirx.Evaluate(tirx.call_extern("void", name, *args))
