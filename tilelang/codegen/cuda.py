@@ -26,7 +26,12 @@ _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the 
 
 # Device headers and the function names that need them; common.h always comes first. Only the
 # headers a kernel uses are included, since the CuTe-based ones cost seconds of nvcc time.
-_HEADERS = [("tl::shfl_xor", "reduce.h"), ("tl::atomic_add", "atomic.h"), ("tl::gemm_", "gemm_mma.h")]
+_HEADERS = [
+    ("tl::shfl_xor", "reduce.h"),
+    ("tl::atomic_add", "atomic.h"),
+    ("tl::gemm_", "gemm_mma.h"),
+    ("tl::cp_async", "copy_async.h"),
+]
 
 
 def _with_headers(code: str) -> str:

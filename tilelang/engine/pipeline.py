@@ -18,6 +18,7 @@ from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import infer_layout
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
 from tilelang.transform.lower_tile_ops import lower_tile_ops
+from tilelang.transform.pipeline_loops import pipeline_loops
 from tilelang.transform.rasterize_blocks import rasterize_blocks
 
 _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
@@ -28,6 +29,9 @@ def _tile_passes():
     return [
         # Block-index remapping first: every later pass sees the final bx/by expressions.
         ("rasterize_blocks", rasterize_blocks),
+        # Pipelining works on tile ops (copy regions are explicit); it multi-buffers shared tiles
+        # before any pass looks at their shapes.
+        ("pipeline_loops", pipeline_loops),
         # copy/fill become T.Parallel loops, so layout inference sees one kind of element-wise work.
         ("expand_elementwise_ops", expand_elementwise_ops),
         # Global accesses past the tensor's edge get guards while indices are still logical,

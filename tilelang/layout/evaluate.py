@@ -32,14 +32,6 @@ _BINARY = {
     tirx.Or: "np.logical_or({a}, {b})",
 }
 
-_INTRINSICS = {
-    "tirx.bitwise_xor": "({0} ^ {1})",
-    "tirx.bitwise_and": "({0} & {1})",
-    "tirx.bitwise_or": "({0} | {1})",
-    "tirx.shift_right": "({0} >> {1})",
-    "tirx.shift_left": "({0} << {1})",
-}
-
 
 class NotEvaluable(Exception):
     """The expression uses something other than integer index arithmetic."""
@@ -67,8 +59,6 @@ def _source(expr, names: dict) -> str:
         )
     if isinstance(expr, tirx.Cast):
         return _source(expr.value, names)
-    if isinstance(expr, ir.Call) and getattr(expr.op, "name", None) in _INTRINSICS:
-        return _INTRINSICS[expr.op.name].format(*[_source(a, names) for a in expr.args])
     raise NotEvaluable(f"cannot evaluate {type(expr).__name__}: {expr}")
 
 

@@ -19,6 +19,7 @@ from tilelang.op.loops import build_parallel_nest
 from tilelang.utils.ir import const_int, is_one, is_zero
 
 NAME = "copy"
+ASYNC_COPY = "tl.async_copy"  # loop annotation: lower the vectorized stores to cp.async
 
 
 def _same_extent(a, b) -> bool:
@@ -51,7 +52,8 @@ def copy(src, dst, *, coalesced_width=None, disable_tma=False, eviction_policy=N
             f"T.copy: the source {s.describe()} is a tile of shape {_fmt(s_tile)} but the destination "
             f"{d.describe()} is a tile of shape {_fmt(d_tile)}; the shapes (without unit dimensions) must match"
         )
-    args = [s.to_ir(), d.to_ir(), tirx.const(int(coalesced_width or 0), "int32")]
+    # The last argument marks a copy issued asynchronously (cp.async) by a pipelined loop.
+    args = [s.to_ir(), d.to_ir(), tirx.const(int(coalesced_width or 0), "int32"), tirx.const(0, "int32")]
     return base.make_call(NAME, args)
 
 
@@ -64,6 +66,7 @@ def lower_simt(call, span=None) -> tirx.Stmt:
     s = base.Region.from_ir(call.args[0])
     d = base.Region.from_ir(call.args[1])
     width = const_int(call.args[2]) or 0
+    is_async = len(call.args) > 3 and const_int(call.args[3]) == 1
     src_dims = [k for k, e in enumerate(s.extents) if not is_one(e)]
 
     def body(dst_idx, loop_vars):
@@ -76,14 +79,11 @@ def lower_simt(call, span=None) -> tirx.Stmt:
         return tirx.BufferStore(d.buffer, value, dst_idx)
 
     loop = build_parallel_nest(d, body, span=span)
-    if width and isinstance(loop, tirx.For):
-        loop = tirx.For(
-            loop.loop_var,
-            loop.min,
-            loop.extent,
-            loop.kind,
-            loop.body,
-            annotations={"coalesced_width": width},
-            span=loop.span,
-        )
+    ann = {}
+    if width:
+        ann["coalesced_width"] = width
+    if is_async:
+        ann[ASYNC_COPY] = 1
+    if ann and isinstance(loop, tirx.For):
+        loop = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, annotations=ann, span=loop.span)
     return loop

@@ -21,8 +21,10 @@ from tvm import ir, tirx
 from tilelang.language.diagnostics import at_span
 from tilelang.layout import fragment as fl
 from tilelang.layout.evaluate import evaluate, grid
+from tilelang.op import copy as copy_op
 from tilelang.op.loops import split_parallel_nest
 from tilelang.op.vectorize import plan_vector_size
+from tilelang.utils.ir import is_if_then_else
 
 
 class LoopNode:
@@ -170,7 +172,7 @@ def _uniform_guards(stmt, vec_var):
         return tirx.IfThenElse(fl.substitute(node.condition, zero), node.then_case, node.else_case, span=node.span)
 
     def on_call(call):
-        if getattr(call.op, "name", "") == "tirx.if_then_else":
+        if is_if_then_else(call):
             return tirx.if_then_else(fl.substitute(call.args[0], zero), call.args[1], call.args[2])
         return call
 
@@ -214,13 +216,43 @@ def lower(loop, layout: fl.Fragment, ctx) -> tirx.Stmt:
         body = tirx.IfThenElse(valid, body, None)
     if lane is not None:
         body = _uniform_guards(body, lane)
-        body = tirx.For(lane, tirx.const(0, "int32"), tirx.const(vec, "int32"), tirx.ForKind.VECTORIZED, body)
+        copy = _async_copy(body, lane, vec) if loop.annotations.get(copy_op.ASYNC_COPY) else None
+        if copy is not None:
+            body = copy  # one cp.async per vector
+        else:
+            body = tirx.For(lane, tirx.const(0, "int32"), tirx.const(vec, "int32"), tirx.ForKind.VECTORIZED, body)
     extent = size // vec
     if extent == 1:
         return fl.substitute(body, {outer: tirx.const(0, "int32")})
     return tirx.For(
         outer, tirx.const(0, "int32"), tirx.const(extent, "int32"), tirx.ForKind.SERIAL, body, span=loop.span
     )
+
+
+def _async_copy(body, lane, vec):
+    """The vector store `S[...] = G[...]` (or `if_then_else(ok, G[...], 0)`) as one cp.async of the
+    whole vector, or None when the body is not such a copy or the vector is not 4, 8 or 16 bytes."""
+    guard = None
+    if isinstance(body, tirx.IfThenElse) and body.else_case is None:
+        guard, body = body.condition, body.then_case
+    if not isinstance(body, tirx.BufferStore) or not body.buffer.scope().startswith("shared"):
+        return None
+    value, ok = body.value, None
+    if is_if_then_else(value):
+        ok, value = value.args[0], value.args[1]
+    if not isinstance(value, ir.TensorLoad) or value.source.scope() != "global":
+        return None
+    import tvm
+
+    nbytes = vec * tvm.DataType(str(body.buffer.dtype)).bits // 8
+    if nbytes not in (4, 8, 16) or str(value.source.dtype) != str(body.buffer.dtype):
+        return None
+    first = {lane: tirx.const(0, "int32")}
+    dst = tirx.address_of(tirx.BufferLoad(body.buffer, [fl.substitute(i, first) for i in body.indices]))
+    src = tirx.address_of(tirx.BufferLoad(value.source, [fl.substitute(i, first) for i in value.indices]))
+    valid = fl.substitute(ok, first) if ok is not None else tirx.const(True, "bool")
+    call = tirx.Evaluate(tirx.call_extern("void", f"tl::cp_async<{nbytes}>", dst, src, valid))
+    return tirx.IfThenElse(guard, call, None) if guard is not None else call
 
 
 def _is_true(expr) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tvm import DataType, ir, tirx
 
-from tilelang.utils.ir import collect, const_int
+from tilelang.utils.ir import collect, const_int, is_if_then_else
 
 MAX_VECTOR_BITS = 128
 
@@ -92,7 +92,7 @@ def plan_vector_size(loop_vars, extents, body, analyzer, limit: int = 0) -> int:
     widths = widths or [1]
     vec = min(min(widths), limit) if limit else min(widths)
     conds = [s.condition for s in collect(body, tirx.IfThenElse)]
-    conds += [c.args[0] for c in collect(body, ir.Call) if getattr(c.op, "name", "") == "tirx.if_then_else"]
+    conds += [c.args[0] for c in collect(body, ir.Call) if is_if_then_else(c)]
     while vec > 1:
         ok = inner % vec == 0
         ok = ok and all(_aligned_unit_stride(_flat_offset(b, idx), var, vec, analyzer) for b, idx in memory)

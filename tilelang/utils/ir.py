@@ -50,3 +50,8 @@ def collect(node, kind) -> list:
     out = []
     tvm_ffi.structural_walk(node, [(kind, out.append)], order="pre")
     return out
+
+
+def is_if_then_else(expr) -> bool:
+    """Whether `expr` is a call to if_then_else (TVM 0.27 names the op `prim.if_then_else`)."""
+    return isinstance(expr, ir.Call) and getattr(expr.op, "name", "") == "prim.if_then_else"

@@ -92,3 +92,27 @@ def test_sizes_not_divisible_by_the_tile():
     A, B, ref = _inputs(1000, 1000, 1000, "float16", False, False)
     C = matmul(1000, 1000, 1000, 128, 128, 32, "float16", "float32", "float16")(A, B)
     assert (C.double() - ref).norm() / ref.norm() < 1e-2
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+def test_pipelined_stages(stages):
+    @tilelang.jit(out_idx=[-1])
+    def staged(M, N, K, stages):
+        @T.prim_func
+        def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+            with T.Kernel(T.ceildiv(N, 64), T.ceildiv(M, 64), threads=128) as (bx, by):
+                A_s = T.alloc_shared((64, 32), "float16")
+                B_s = T.alloc_shared((32, 64), "float16")
+                C_f = T.alloc_fragment((64, 64), "float32")
+                T.clear(C_f)
+                for k in T.Pipelined(T.ceildiv(K, 32), num_stages=stages):
+                    T.copy(A[by * 64, k * 32], A_s)
+                    T.copy(B[k * 32, bx * 64], B_s)
+                    T.gemm(A_s, B_s, C_f)
+                T.copy(C_f, C[by * 64, bx * 64])
+
+        return main
+
+    A, B, ref = _inputs(200, 136, 72, "float16", False, False)  # 3 K-tiles, the last partial
+    C = staged(200, 136, 72, stages)(A, B)
+    assert (C.double() - ref).norm() / ref.norm() < 1e-3

@@ -1,0 +1,121 @@
+"""Software pipelining: the plan (copies in stage 0), multi-buffered tiles, cp.async groups, errors."""
+
+import pytest
+import tvm_ffi
+from tvm import tirx
+
+import tilelang.language as T
+from tilelang.op import base
+from tilelang.transform.pipeline_loops import pipeline_loops
+
+
+def _gemm_loop(stages, K=256):
+    @T.prim_func
+    def main(A: T.Tensor((128, K), "float16"), B: T.Tensor((K, 128), "float16"), C: T.Tensor((128, 128), "float32")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((128, 32), "float16")
+            B_s = T.alloc_shared((32, 128), "float16")
+            C_f = T.alloc_fragment((128, 128), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(K // 32, num_stages=stages):
+                T.copy(A[0, k * 32], A_s)
+                T.copy(B[k * 32, 0], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C)
+
+    return main
+
+
+def _allocs(func):
+    out = {}
+    tvm_ffi.structural_walk(func.body, [(tirx.AllocBuffer, lambda a: out.update({a.buffer.name: a.buffer}))])
+    return {k: [int(s) for s in v.shape] for k, v in out.items()}
+
+
+def _externs(func):
+    out = []
+
+    def on_eval(e):
+        if getattr(e.value.op, "name", "") == "tirx.call_extern":
+            out.append(str(e.value.args[0].value))
+
+    tvm_ffi.structural_walk(func.body, [(tirx.Evaluate, on_eval)])
+    return out
+
+
+def _copies(func):
+    out = []
+
+    def on_eval(e):
+        if base.is_tile_op(e.value, "copy"):
+            out.append((base.Region.from_ir(e.value.args[1]).name, int(e.value.args[3].value)))
+
+    tvm_ffi.structural_walk(func.body, [(tirx.Evaluate, on_eval)])
+    return out
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_tiles_get_one_buffer_per_stage_and_copies_go_async(stages):
+    after = pipeline_loops(_gemm_loop(stages))
+    allocs = _allocs(after)
+    assert allocs["A_s"] == [stages, 128, 32] and allocs["B_s"] == [stages, 32, 128]
+    assert allocs["C_f"] == [128, 128]  # fragments are not multi-buffered
+    # prologue commit (in a loop unrolled over stages - 1 iterations), then per iteration: wait for
+    # this iteration's copies, barrier, issue the copies stages - 1 ahead, commit; drain at the end
+    assert _externs(after) == ["tl::cp_async_commit", f"tl::cp_async_wait<{stages - 2}>", "__syncthreads",
+                               "tl::cp_async_commit", "tl::cp_async_wait<0>"]
+    copies = _copies(after)
+    assert sorted(set(copies)) == [("A_s", 1), ("B_s", 1), ("C", 0)]
+    text = after.script()
+    assert f"for stage in T.unroll({stages - 1})" in text
+    assert f"A_s[k % {stages}, 0:128, 0:32]" in text  # the gemm reads this iteration's buffer
+
+
+def test_one_stage_is_a_plain_loop():
+    after = pipeline_loops(_gemm_loop(1))
+    assert _allocs(after)["A_s"] == [128, 32] and not _externs(after)
+
+
+def test_a_tile_written_by_two_copies_is_an_error_at_the_loop():
+    @T.prim_func
+    def main(A: T.Tensor((128, 256), "float16")):
+        with T.Kernel(1, threads=128):
+            s = T.alloc_shared((128, 32), "float16")
+            f = T.alloc_fragment((128, 32), "float16")
+            for k in T.Pipelined(8, num_stages=2):
+                T.copy(A[0, k * 32], s)
+                T.copy(A[0, k * 16], s)
+                T.copy(s, f)
+
+    with pytest.raises(Exception) as info:
+        pipeline_loops(main)
+    assert "written by two copies" in str(info.value) and "for k in T.Pipelined(8, num_stages=2)" in str(info.value)
+
+
+def test_a_tile_also_written_by_a_consumer_is_an_error():
+    @T.prim_func
+    def main(A: T.Tensor((128, 256), "float16")):
+        with T.Kernel(1, threads=128):
+            s = T.alloc_shared((128, 32), "float16")
+            for k in T.Pipelined(8, num_stages=2):
+                T.copy(A[0, k * 32], s)
+                for i, j in T.Parallel(128, 32):
+                    s[i, j] = s[i, j] * 2.0
+
+    with pytest.raises(Exception, match="written both by a copy in stage 0 and by a later statement"):
+        pipeline_loops(main)
+
+
+def test_user_stages_override_the_plan():
+    @T.prim_func
+    def main(A: T.Tensor((128, 256), "float16"), B: T.Tensor((128, 256), "float16")):
+        with T.Kernel(1, threads=128):
+            s = T.alloc_shared((128, 32), "float16")
+            t = T.alloc_shared((128, 32), "float16")
+            for k in T.Pipelined(8, num_stages=2, order=[0, 1, 2], stage=[0, 1, 1]):
+                T.copy(A[0, k * 32], s)
+                T.copy(B[0, k * 32], t)  # a global->shared copy, kept in the last stage by the user
+                T.copy(s, B[0, k * 32])
+
+    after = pipeline_loops(main)
+    assert _allocs(after)["s"] == [2, 128, 32] and _allocs(after)["t"] == [128, 32]

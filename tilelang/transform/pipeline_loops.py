@@ -1,0 +1,217 @@
+"""Pass `pipeline_loops`: software-pipeline `T.Pipelined(n, num_stages=s)` loops (s >= 2).
+
+Plan: the global-to-shared copies of an iteration are stage 0 (producers); everything else is the
+last stage (consumers). `order`/`stage` given to T.Pipelined override the plan: statements with a
+stage below the largest are producers. Each shared tile a producer writes gets `s` buffers (a new
+leading dimension), iteration k using buffer k % s; producers become asynchronous copies (cp.async)
+issued s - 1 iterations ahead:
+
+Before:  for k in T.Pipelined(n, num_stages=3): copy(A[k], A_s); gemm(A_s, ...)
+After:   for i in range(2): if i < n: copy_async(A[i], A_s[i % 3]);  commit
+         for k in range(n):
+             wait(1); __syncthreads()                 # copies of iteration k have landed
+             if k + 2 < n: copy_async(A[k + 2], A_s[(k + 2) % 3])
+             commit
+             gemm(A_s[k % 3], ...)
+         wait(0)
+
+The barrier after the wait also orders every thread's reads of buffer (k - 1) % 3 in iteration k - 1
+before the copies that overwrite it in iteration k.
+
+Requires: tile ops as parsed (before expand_elementwise_ops). Guarantees: no num_stages annotation
+remains; a UserError pointing at the loop when a pipeline cannot be built (a shared tile written by
+two statements, or by a consumer).
+"""
+
+from __future__ import annotations
+
+import tvm_ffi
+from tvm import ir, tirx
+
+from tilelang.language.diagnostics import at_span
+from tilelang.layout.fragment import substitute
+from tilelang.op import base
+from tilelang.op import copy as copy_op
+from tilelang.utils.ir import collect, seq
+
+
+def _call(name, *args):
+    return tirx.Evaluate(tirx.call_extern("void", name, *args))
+
+
+def _statements(body):
+    return list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+
+
+def _inline_binds(stmts):
+    """Substitute `x = value` bindings into the statements after them (they belong to both stages)."""
+    out, mapping = [], {}
+    for s in stmts:
+        if isinstance(s, tirx.Bind):
+            mapping[s.var] = substitute(s.value, mapping)
+            continue
+        out.append(substitute(s, mapping) if mapping else s)
+    return out
+
+
+def _is_producer_copy(stmt) -> bool:
+    if not (isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value, copy_op.NAME)):
+        return False
+    src = base.Region.from_ir(stmt.value.args[0]).buffer
+    dst = base.Region.from_ir(stmt.value.args[1]).buffer
+    return src.scope() == "global" and dst.scope().startswith("shared")
+
+
+def _written(stmt):
+    """Buffers a statement writes: copy destinations and stored buffers."""
+    out = []
+    if isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value):
+        call = stmt.value
+        if base.is_tile_op(call, copy_op.NAME) or base.is_tile_op(call, "fill"):
+            out.append(
+                base.Region.from_ir(call.args[1] if base.is_tile_op(call, copy_op.NAME) else call.args[0]).buffer
+            )
+    tvm_ffi.structural_walk(stmt, [(tirx.BufferStore, lambda st: out.append(st.buffer))])
+    return out
+
+
+def _versioned(stmt, buffers: dict, version):
+    """Accesses of each multi-buffered tile in `stmt` go to buffer `version` of its new version."""
+
+    def on_region(r):
+        if r.source in buffers:
+            ranges = [ir.Range.from_min_extent(version, 1)] + list(r.region)
+            return tirx.BufferRegion(buffers[r.source], ranges)
+        return r
+
+    def on_load(ld):
+        return tirx.BufferLoad(buffers[ld.source], [version] + list(ld.indices)) if ld.source in buffers else ld
+
+    def on_store(st):
+        if st.buffer in buffers:
+            return tirx.BufferStore(buffers[st.buffer], st.value, [version] + list(st.indices), span=st.span)
+        return st
+
+    return tvm_ffi.structural_map(
+        stmt, [(ir.TensorRegion, on_region), (ir.TensorLoad, on_load), (tirx.BufferStore, on_store)], order="post"
+    )
+
+
+def _as_async(stmt):
+    call = stmt.value
+    args = list(call.args[:3]) + [tirx.const(1, "int32")]
+    return tirx.Evaluate(ir.Call(call.op, args, ret_ty="void"), span=stmt.span)
+
+
+def _plan(loop, stages: int):
+    stmts = _inline_binds(_statements(loop.body))
+    user_stage = loop.annotations.get("tl_pipeline_stage")
+    if user_stage is not None:
+        user_stage = [int(x) for x in user_stage]
+        if len(user_stage) != len(stmts):
+            raise at_span(
+                f"T.Pipelined: `stage` has {len(user_stage)} entries but the loop has {len(stmts)} statements",
+                loop.span,
+            )
+        last = max(user_stage)
+        producers = [s for s, st in zip(stmts, user_stage) if st < last]
+        if not all(_is_producer_copy(s) for s in producers):
+            raise at_span(
+                "T.Pipelined: statements in early stages must be copies from global to shared memory", loop.span
+            )
+    else:
+        producers = [s for s in stmts if _is_producer_copy(s)]
+    consumers = [s for s in stmts if not any(s.same_as(p) for p in producers)]
+    tiles = []
+    for p in producers:
+        dst = base.Region.from_ir(p.value.args[1]).buffer
+        if any(dst.same_as(t) for t in tiles):
+            raise at_span(
+                f"T.Pipelined: shared tile '{dst.name}' is written by two copies of the loop; a pipelined "
+                f"tile must have one producer",
+                loop.span,
+            )
+        tiles.append(dst)
+    for c in consumers:
+        for w in _written(c):
+            if any(w.same_as(t) for t in tiles):
+                raise at_span(
+                    f"T.Pipelined: shared tile '{w.name}' is written both by a copy in stage 0 and by "
+                    f"a later statement of the loop; the planner cannot buffer it",
+                    loop.span,
+                )
+    return producers, consumers, tiles
+
+
+def _pipeline(loop, stages: int, new_tiles: dict):
+    producers, consumers, tiles = _plan(loop, stages)
+    if not producers:
+        return None
+    versions = {}
+    for t in tiles:
+        new = tirx.decl_buffer((stages, *t.shape), str(t.dtype), t.name, scope=t.scope())
+        versions[t] = new
+        new_tiles[t] = new
+    k, n = loop.loop_var, loop.extent
+    s = tirx.const(stages, "int32")
+
+    def produce(i):
+        body = seq([_as_async(_versioned(substitute(p, {k: i}), versions, tirx.floormod(i, s))) for p in producers])
+        return body
+
+    i = tirx.Var("stage", "int32")
+    prologue = tirx.For(
+        i,
+        0,
+        stages - 1,
+        tirx.ForKind.UNROLLED,
+        seq([tirx.IfThenElse(i < n, produce(i), None), _call("tl::cp_async_commit")]),
+    )
+    ahead = k + (stages - 1)
+    body = seq(
+        [
+            _call(f"tl::cp_async_wait<{stages - 2}>"),
+            _call("__syncthreads"),
+            tirx.IfThenElse(ahead < n, produce(ahead), None),
+            _call("tl::cp_async_commit"),
+            *[_versioned(c, versions, tirx.floormod(k, s)) for c in consumers],
+        ]
+    )
+    main = tirx.For(k, loop.min, n, tirx.ForKind.SERIAL, body, span=loop.span)
+    return seq([prologue, main, _call("tl::cp_async_wait<0>")])
+
+
+def pipeline_loops(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    new_tiles = {}
+    errors = []
+
+    def on_for(loop):
+        stages = loop.annotations.get("num_stages") if loop.annotations else None
+        if stages is None or int(stages) < 2 or errors:
+            return loop
+        try:
+            out = _pipeline(loop, int(stages), new_tiles)
+        except Exception as err:  # noqa: BLE001 (re-raised below with its type)
+            errors.append(err)
+            return loop
+        return out if out is not None else loop
+
+    body = tvm_ffi.structural_map(func.body, [(tirx.For, on_for)])
+    if errors:
+        raise errors[0]
+    if new_tiles:
+        body = tvm_ffi.structural_map(
+            body, [(tirx.AllocBuffer, lambda a: tirx.AllocBuffer(new_tiles[a.buffer]) if a.buffer in new_tiles else a)]
+        )
+        _check_no_stale_use(body, new_tiles)
+    return func.with_body(body)
+
+
+def _check_no_stale_use(body, new_tiles):
+    stale = [ld.source for ld in collect(body, ir.TensorLoad) if ld.source in new_tiles]
+    stale += [st.buffer for st in collect(body, tirx.BufferStore) if st.buffer in new_tiles]
+    if stale:
+        raise at_span(
+            f"T.Pipelined: shared tile '{stale[0].name}' is multi-buffered by a pipelined loop but also used "
+            f"outside it; give the code outside the loop its own tile"
+        )
