@@ -201,6 +201,39 @@ def layouts(g: Gemm, target, num_threads: int, span=None) -> dict:
     return out
 
 
+def swizzle_bits(region) -> int:
+    """Bits of the 16-byte-chunk swizzle the template reads a shared operand with (0: row-major).
+
+    16-bit operands are read with ldmatrix, 8 rows of one 16-byte chunk column at a time; XOR-ing
+    the chunk index with the row bits spreads those rows over all banks (CuTe's Swizzle<B, 3, 3>).
+    """
+    buf = region.buffer
+    if buf.scope() == "local.fragment" or _bits(buf.dtype) != 16:
+        return 0
+    row = int(buf.shape[-1])
+    total = 1
+    for n in buf.shape:
+        total *= int(n)
+    if row % 8:
+        return 0
+    bits = min(3, max(0, (row // 8).bit_length() - 1))
+    while bits and total % (64 << bits):
+        bits -= 1
+    return bits
+
+
+def shared_layouts(g: Gemm) -> dict:
+    """{shared operand buffer: Layout} that the template assumes."""
+    from tilelang.layout import layout as sl
+
+    out = {}
+    for region in (g.a, g.b):
+        bits = swizzle_bits(region)
+        if bits:
+            out[region.buffer] = sl.swizzle(tuple(int(n) for n in region.buffer.shape), 16, bits)
+    return out
+
+
 def _bits(dtype) -> int:
     import tvm
 
@@ -234,7 +267,7 @@ def lower(call, ctx, span=None) -> tirx.Stmt:
 
     name = (
         f"tl::gemm_{g.kind}<{g.M}, {g.N}, {g.K}, {wm}, {wn}, {flag(g.trans_a)}, {flag(g.trans_b)}, "
-        f"{flag(g.clear)}, {lda}, {ldb}>"
+        f"{flag(g.clear)}, {lda}, {ldb}, {swizzle_bits(g.a)}, {swizzle_bits(g.b)}>"
     )
     args = [_pointer(g.a, ctx, 1), _pointer(g.b, ctx, 1), _pointer(g.c, ctx, 3)]
     return tirx.Evaluate(tirx.call_extern("void", name, *args))

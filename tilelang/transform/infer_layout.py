@@ -110,11 +110,13 @@ class _State:
         self.sources = {}  # buffer -> span of the use that fixed its layout
         self.loops = {}  # LoopNode -> Fragment
         self.reduced = set()  # ReduceNodes whose destination layout is settled
+        self.shared = {}  # shared tile -> Layout imposed by an instruction (gemm operand swizzles)
 
     def copy(self):
         other = _State(self.analyzer)
         other.fragments, other.sources, other.loops = dict(self.fragments), dict(self.sources), dict(self.loops)
         other.reduced = set(self.reduced)
+        other.shared = dict(self.shared)
         return other
 
     def pending(self, node) -> bool:
@@ -177,6 +179,15 @@ def strict_level(func, nodes, state):
         if node.kind == "gemm":
             for buffer, layout in gemm_op.layouts(node.gemm, target, node.num_threads, node.span).items():
                 _give(state, buffer, layout, node.span, node)
+            for buffer, layout in gemm_op.shared_layouts(node.gemm).items():
+                user = (annotated or {}).get(buffer)
+                if user is not None and not _same_shared_layout(shared_layout_from_ir(user), layout):
+                    raise at_span(
+                        f"layout inference: shared tile '{buffer.name}' is annotated with a layout that "
+                        f"differs from the swizzle T.gemm reads it with",
+                        node.span,
+                    )
+                state.shared[buffer] = layout
     for node in nodes:
         if node.kind == "parallel" and "loop_layout" in node.loop.annotations:
             _settle_loop(state, node, fl.from_ir(node.loop.annotations["loop_layout"]).with_shape_vars(node.vars))
@@ -324,11 +335,18 @@ def _annotate(func, nodes, state):
         func = func.with_attr(FRAGMENT_LAYOUTS, tvm_ffi.convert({b: fl.to_ir(f) for b, f in state.fragments.items()}))
     annotated = func.attrs.get(ANNOTATED_LAYOUTS) if func.attrs is not None else None
     shared = {b: v for b, v in (annotated or {}).items() if b.scope() != "local.fragment"}
+    shared.update({b: shared_layout_to_ir(lay) for b, lay in state.shared.items()})
     if shared:
         func = func.with_attr(SHARED_LAYOUTS, tvm_ffi.convert(shared))
     if annotated is not None:
         func = func.without_attr(ANNOTATED_LAYOUTS)
     return func
+
+
+def _same_shared_layout(a: sl.Layout, b: sl.Layout) -> bool:
+    import numpy as np
+
+    return tuple(a.shape) == tuple(b.shape) and np.array_equal(a.inverse_table(), b.inverse_table())
 
 
 def shared_layout_to_ir(layout: sl.Layout):

@@ -166,9 +166,12 @@ def _apply_shared_layouts(body, layouts):
     def on_alloc(stmt):
         return tirx.AllocBuffer(flat[stmt.buffer]) if stmt.buffer in table else stmt
 
-    return tvm_ffi.structural_map(
+    body = tvm_ffi.structural_map(
         body, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store), (tirx.AllocBuffer, on_alloc)], order="post"
     )
+    # What is left are pointers to the tiles (e.g. a gemm's operands through tvm_access_ptr); their
+    # offsets point at a tile's first element, which every swizzle keeps in place.
+    return tvm_ffi.structural_map(body, [(ir.Var, lambda v: flat[v] if v in flat else v)])
 
 
 def _check_no_fragment_left(body):

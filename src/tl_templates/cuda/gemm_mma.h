@@ -98,6 +98,38 @@ TL_DEVICE uint32_t pack(const T* p, int stride) {
   return v.bits;
 }
 
+// The shared-memory swizzle of tilelang/layout/layout.py `swizzle(shape, 16, Bits)` on an element offset:
+// 16-byte chunk index XOR row bits, Bits = 0 for a row-major tile. Chunks stay contiguous.
+template <int Bits>
+TL_DEVICE int swizzle16(int off) {
+  if constexpr (Bits == 0) {
+    return off;
+  } else {
+    constexpr int mask = (1 << Bits) - 1;
+    int chunk = (off >> 3) & mask, row = (off >> 6) & mask;
+    return off + (((chunk ^ row) - chunk) << 3);
+  }
+}
+
+// ldmatrix: four (or two) 8x8 matrices of 16-bit elements; lane l gives the row address of matrix l / 8.
+TL_DEVICE void ldmatrix_x4(uint32_t (&r)[4], const void* row, bool trans) {
+  unsigned int a = static_cast<unsigned int>(__cvta_generic_to_shared(row));
+  if (trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+TL_DEVICE void ldmatrix_x2(uint32_t (&r)[2], const void* row, bool trans) {
+  unsigned int a = static_cast<unsigned int>(__cvta_generic_to_shared(row));
+  if (trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+}
+
 template <int M, int N, int K, int WarpM, int WarpN, typename TA, typename TB, typename TC>
 struct Shape {
   using Mma = Atom<TA, TB, TC>;
@@ -112,8 +144,18 @@ struct Shape {
 
 // Operand registers of one K step, read from shared memory in the mma fragment layout
 // (PTX ISA, "Matrix Fragments for mma.m16n8k*"): g = lane / 4, t = lane % 4.
-template <class S, bool TransA, int LdA, typename TA>
+template <class S, bool TransA, int LdA, int Swz, typename TA>
 TL_DEVICE void load_a(uint32_t (&a)[S::MI][4], const TA* A, int row0, int k0, int g, int t) {
+  if constexpr (sizeof(TA) == 2 && LdA % 8 == 0) {  // ldmatrix: lane l addresses row l % 8 of matrix l / 8
+    const int lane = threadIdx.x % 32, m = lane / 8;
+#pragma unroll
+    for (int mi = 0; mi < S::MI; ++mi) {
+      int off = TransA ? (k0 + lane % 8 + (m / 2) * 8) * LdA + row0 + mi * 16 + (m % 2) * 8
+                       : (row0 + mi * 16 + lane % 8 + (m % 2) * 8) * LdA + k0 + (m / 2) * 8;
+      ldmatrix_x4(a[mi], A + swizzle16<Swz>(off), TransA);
+    }
+    return;
+  }
 #pragma unroll
   for (int mi = 0; mi < S::MI; ++mi)
 #pragma unroll
@@ -124,8 +166,18 @@ TL_DEVICE void load_a(uint32_t (&a)[S::MI][4], const TA* A, int row0, int k0, in
     }
 }
 
-template <class S, bool TransB, int LdB, typename TB>
+template <class S, bool TransB, int LdB, int Swz, typename TB>
 TL_DEVICE void load_b(uint32_t (&b)[S::NI][2], const TB* B, int col0, int k0, int g, int t) {
+  if constexpr (sizeof(TB) == 2 && LdB % 8 == 0) {  // lanes 0-15 address the rows of the two 8x8 matrices
+    const int lane = threadIdx.x % 16;
+#pragma unroll
+    for (int ni = 0; ni < S::NI; ++ni) {
+      int off = TransB ? (col0 + ni * 8 + lane % 8) * LdB + k0 + (lane / 8) * 8
+                       : (k0 + lane % 8 + (lane / 8) * 8) * LdB + col0 + ni * 8;
+      ldmatrix_x2(b[ni], B + swizzle16<Swz>(off), !TransB);
+    }
+    return;
+  }
 #pragma unroll
   for (int ni = 0; ni < S::NI; ++ni)
 #pragma unroll
@@ -154,9 +206,10 @@ TL_DEVICE void clear(TC* C) {
 
 }  // namespace mma_detail
 
-// A and B in shared memory (row-major; LdA/LdB are their row lengths), C in registers.
+// A and B in shared memory (row-major; LdA/LdB are their row lengths; SwzA/SwzB the bits of their
+// 16-byte-chunk swizzle, 0 for none), C in registers.
 template <int M, int N, int K, int WarpM, int WarpN, bool TransA, bool TransB, bool Clear, int LdA, int LdB,
-          typename TA, typename TB, typename TC>
+          int SwzA, int SwzB, typename TA, typename TB, typename TC>
 TL_DEVICE void gemm_ss(const TA* A, const TB* B, TC* C) {
   using S = mma_detail::Shape<M, N, K, WarpM, WarpN, TA, TB, TC>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -165,15 +218,15 @@ TL_DEVICE void gemm_ss(const TA* A, const TB* B, TC* C) {
 #pragma unroll
   for (int kt = 0; kt < S::KT; ++kt) {
     uint32_t a[S::MI][4], b[S::NI][2];
-    mma_detail::load_a<S, TransA, LdA>(a, A, row0, kt * S::AK, lane / 4, lane % 4);
-    mma_detail::load_b<S, TransB, LdB>(b, B, col0, kt * S::AK, lane / 4, lane % 4);
+    mma_detail::load_a<S, TransA, LdA, SwzA>(a, A, row0, kt * S::AK, lane / 4, lane % 4);
+    mma_detail::load_b<S, TransB, LdB, SwzB>(b, B, col0, kt * S::AK, lane / 4, lane % 4);
     mma_detail::accumulate<S>(C, a, b);
   }
 }
 
 // A in registers (the A-fragment layout of tilelang/op/gemm.py), B in shared memory.
 template <int M, int N, int K, int WarpM, int WarpN, bool TransA, bool TransB, bool Clear, int LdA, int LdB,
-          typename TA, typename TB, typename TC>
+          int SwzA, int SwzB, typename TA, typename TB, typename TC>
 TL_DEVICE void gemm_rs(const TA* A, const TB* B, TC* C) {
   using S = mma_detail::Shape<M, N, K, WarpM, WarpN, TA, TB, TC>;
   static_assert(!TransA, "an A operand in registers is not transposed");
@@ -188,14 +241,14 @@ TL_DEVICE void gemm_rs(const TA* A, const TB* B, TC* C) {
 #pragma unroll
       for (int r = 0; r < 4; ++r)
         a[mi][r] = mma_detail::pack<S::PA>(A + ((mi * S::KT + kt) * 4 + r) * S::PA, 1);
-    mma_detail::load_b<S, TransB, LdB>(b, B, col0, kt * S::AK, lane / 4, lane % 4);
+    mma_detail::load_b<S, TransB, LdB, SwzB>(b, B, col0, kt * S::AK, lane / 4, lane % 4);
     mma_detail::accumulate<S>(C, a, b);
   }
 }
 
 // A in shared memory, B in registers (the B-fragment layout of tilelang/op/gemm.py).
 template <int M, int N, int K, int WarpM, int WarpN, bool TransA, bool TransB, bool Clear, int LdA, int LdB,
-          typename TA, typename TB, typename TC>
+          int SwzA, int SwzB, typename TA, typename TB, typename TC>
 TL_DEVICE void gemm_sr(const TA* A, const TB* B, TC* C) {
   using S = mma_detail::Shape<M, N, K, WarpM, WarpN, TA, TB, TC>;
   static_assert(!TransB, "a B operand in registers is not transposed");
@@ -205,7 +258,7 @@ TL_DEVICE void gemm_sr(const TA* A, const TB* B, TC* C) {
 #pragma unroll
   for (int kt = 0; kt < S::KT; ++kt) {
     uint32_t a[S::MI][4], b[S::NI][2];
-    mma_detail::load_a<S, TransA, LdA>(a, A, row0, kt * S::AK, lane / 4, lane % 4);
+    mma_detail::load_a<S, TransA, LdA, SwzA>(a, A, row0, kt * S::AK, lane / 4, lane % 4);
 #pragma unroll
     for (int ni = 0; ni < S::NI; ++ni)
 #pragma unroll

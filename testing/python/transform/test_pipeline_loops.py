@@ -62,8 +62,13 @@ def test_tiles_get_one_buffer_per_stage_and_copies_go_async(stages):
     assert allocs["C_f"] == [128, 128]  # fragments are not multi-buffered
     # prologue commit (in a loop unrolled over stages - 1 iterations), then per iteration: wait for
     # this iteration's copies, barrier, issue the copies stages - 1 ahead, commit; drain at the end
-    assert _externs(after) == ["tl::cp_async_commit", f"tl::cp_async_wait<{stages - 2}>", "__syncthreads",
-                               "tl::cp_async_commit", "tl::cp_async_wait<0>"]
+    assert _externs(after) == [
+        "tl::cp_async_commit",
+        f"tl::cp_async_wait<{stages - 2}>",
+        "__syncthreads",
+        "tl::cp_async_commit",
+        "tl::cp_async_wait<0>",
+    ]
     copies = _copies(after)
     assert sorted(set(copies)) == [("A_s", 1), ("B_s", 1), ("C", 0)]
     text = after.script()
