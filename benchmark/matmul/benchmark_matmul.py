@@ -1,0 +1,56 @@
+"""GEMM throughput of tilelang's example kernel beside torch.matmul (cuBLAS), same run.
+
+For each shape and dtype it tries a few tile configurations and reports the best, with the ratio to
+cuBLAS. Run on a GPU machine: python benchmark/matmul/benchmark_matmul.py [--quick]
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "gemm"))
+from example_gemm import matmul  # noqa: E402
+
+from tilelang.profiler import do_bench  # noqa: E402
+
+CONFIGS = [(128, 128, 32), (128, 128, 64), (128, 256, 32), (256, 128, 32)]
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 28672, 8192), (8192, 4096, 14336)]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="fp16 square shapes and two configurations only")
+    args = parser.parse_args()
+    dtypes = ["float16"] if args.quick else ["float16", "bfloat16"]
+    shapes = SHAPES[:2] if args.quick else SHAPES
+    configs = CONFIGS[:2] if args.quick else CONFIGS
+    rows = []
+    for dtype in dtypes:
+        for M, N, K in shapes:
+            a = torch.randn(M, K, device="cuda", dtype=getattr(torch, dtype))
+            b = torch.randn(K, N, device="cuda", dtype=getattr(torch, dtype))
+            ref_ms = do_bench(lambda a=a, b=b: a @ b, rep=20)
+            best = None
+            for bm, bn, bk in configs:
+                start = time.time()
+                kernel = matmul(M, N, K, bm, bn, bk, dtype=dtype)
+                kernel._ensure_built()
+                compile_s = time.time() - start
+                torch.testing.assert_close(kernel(a, b), a @ b, rtol=2e-2, atol=2e-1)
+                ms = do_bench(lambda kernel=kernel, a=a, b=b: kernel(a, b), rep=20)
+                if best is None or ms < best[0]:
+                    best = (ms, (bm, bn, bk), compile_s)
+            flops = 2 * M * N * K
+            rows.append((dtype, M, N, K, best[1], flops / best[0] / 1e9, flops / ref_ms / 1e9, best[2]))
+    print(f"{'dtype':9} {'M':>5} {'N':>6} {'K':>6} {'best tile':>14} {'tilelang TF/s':>13} {'cuBLAS TF/s':>11} "
+          f"{'ratio':>6} {'compile s':>9}")
+    for dtype, M, N, K, tile, ours, theirs, comp in rows:
+        print(f"{dtype:9} {M:5d} {N:6d} {K:6d} {str(tile):>14} {ours:13.0f} {theirs:11.0f} {ours / theirs:6.3f} "
+              f"{comp:9.1f}")
+
+
+if __name__ == "__main__":
+    main()
