@@ -170,35 +170,58 @@ def layouts(g: Gemm, target, num_threads: int, span=None) -> dict:
     )
     # vector_size 2: each thread holds pairs of adjacent columns in adjacent registers.
     out[g.c.buffer] = fl.Fragment((g.M, g.N), [i, j], c_thread, c_index, num_threads, vector_size=2)
-    pack = 32 // _bits(g.a.buffer.dtype)
+    shape = _WarpTiles(wm, wn, WM, WN, KT, inst.k, num_threads)
     if g.a.buffer.scope() == "local.fragment":
         if g.trans_a:
             raise at_span("T.gemm: an A operand in registers cannot be transposed", span)
-        m, k = fl.placeholder_vars(2, "a")
-        kk = tirx.floormod(k, _c(inst.k))
-        t = tirx.floordiv(tirx.floormod(kk, _c(4 * pack)), _c(pack))
-        r = tirx.floordiv(kk, _c(4 * pack)) * _c(2) + tirx.floordiv(tirx.floormod(m, _c(16)), _c(8))
-        base_thread = tirx.floordiv(m, _c(WM)) * _c(32) + tirx.floormod(m, _c(8)) * _c(4) + t
-        index = (
-            (tirx.floordiv(tirx.floormod(m, _c(WM)), _c(16)) * _c(KT) + tirx.floordiv(k, _c(inst.k))) * _c(4) + r
-        ) * _c(pack) + tirx.floormod(k, _c(pack))
-        groups = [(32 * wm, wn)] if wn > 1 else []
-        out[g.a.buffer] = fl.Fragment((g.M, g.K), [m, k], base_thread, index, num_threads, groups)
-    pack_b = 32 // _bits(g.b.buffer.dtype)
+        out[g.a.buffer] = _fragment_a(g, shape)
     if g.b.buffer.scope() == "local.fragment":
         if g.trans_b:
             raise at_span("T.gemm: a B operand in registers cannot be transposed", span)
-        k, n = fl.placeholder_vars(2, "b")
-        kk = tirx.floormod(k, _c(inst.k))
-        t = tirx.floordiv(tirx.floormod(kk, _c(4 * pack_b)), _c(pack_b))
-        r = tirx.floordiv(kk, _c(4 * pack_b))
-        base_thread = tirx.floordiv(n, _c(WN)) * _c(wm * 32) + tirx.floormod(n, _c(8)) * _c(4) + t
-        index = (
-            (tirx.floordiv(tirx.floormod(n, _c(WN)), _c(8)) * _c(KT) + tirx.floordiv(k, _c(inst.k))) * _c(2) + r
-        ) * _c(pack_b) + tirx.floormod(k, _c(pack_b))
-        groups = [(32, wm)] if wm > 1 else []
-        out[g.b.buffer] = fl.Fragment((g.K, g.N), [k, n], base_thread, index, num_threads, groups)
+        out[g.b.buffer] = _fragment_b(g, shape)
     return out
+
+
+class _WarpTiles:
+    """The warp tiling of one gemm: WarpM x WarpN warps, each WM x WN of C, KT atoms of k along K."""
+
+    def __init__(self, wm, wn, WM, WN, KT, k, num_threads):
+        self.wm, self.wn, self.WM, self.WN, self.KT, self.k, self.num_threads = wm, wn, WM, WN, KT, k, num_threads
+
+
+def _k_position(k, atom_k: int, pack: int):
+    """Where operand column k sits in an mma fragment: (lane % 4, register block, element in register).
+
+    A register packs `pack` consecutive k; lanes t = 0..3 take consecutive registers' worth, and an
+    atom's K holds one or two such blocks (PTX ISA, "Matrix Fragments for mma.m16n8k*")."""
+    kk = tirx.floormod(k, _c(atom_k))
+    lane_col = tirx.floordiv(tirx.floormod(kk, _c(4 * pack)), _c(pack))
+    return lane_col, tirx.floordiv(kk, _c(4 * pack)), tirx.floormod(k, _c(pack))
+
+
+def _fragment_a(g: Gemm, w: _WarpTiles) -> fl.Fragment:
+    """A (M, K) in registers: held by the warps of its rows, replicated over the warps along N."""
+    pack = 32 // _bits(g.a.buffer.dtype)
+    m, k = fl.placeholder_vars(2, "a")
+    t, block, elem = _k_position(k, w.k, pack)
+    reg = block * _c(2) + tirx.floordiv(tirx.floormod(m, _c(16)), _c(8))
+    base_thread = tirx.floordiv(m, _c(w.WM)) * _c(32) + tirx.floormod(m, _c(8)) * _c(4) + t
+    atom = tirx.floordiv(tirx.floormod(m, _c(w.WM)), _c(16)) * _c(w.KT) + tirx.floordiv(k, _c(w.k))
+    index = (atom * _c(4) + reg) * _c(pack) + elem
+    groups = [(32 * w.wm, w.wn)] if w.wn > 1 else []
+    return fl.Fragment((g.M, g.K), [m, k], base_thread, index, w.num_threads, groups)
+
+
+def _fragment_b(g: Gemm, w: _WarpTiles) -> fl.Fragment:
+    """B (K, N) in registers: held by the warps of its columns, replicated over the warps along M."""
+    pack = 32 // _bits(g.b.buffer.dtype)
+    k, n = fl.placeholder_vars(2, "b")
+    t, block, elem = _k_position(k, w.k, pack)
+    base_thread = tirx.floordiv(n, _c(w.WN)) * _c(w.wm * 32) + tirx.floormod(n, _c(8)) * _c(4) + t
+    atom = tirx.floordiv(tirx.floormod(n, _c(w.WN)), _c(8)) * _c(w.KT) + tirx.floordiv(k, _c(w.k))
+    index = (atom * _c(2) + block) * _c(pack) + elem
+    groups = [(32, w.wm)] if w.wm > 1 else []
+    return fl.Fragment((g.K, g.N), [k, n], base_thread, index, w.num_threads, groups)
 
 
 def swizzle_bits(region) -> int:

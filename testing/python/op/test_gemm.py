@@ -146,3 +146,13 @@ def test_register_operand_variants_compile(kind):
     k = tilelang.compile(_gemm_kernel(64, 64, 32, kind=kind), target="sm_80")
     assert f"tl::gemm_{kind}<" in k.get_kernel_source()
     cuda.compile_object(k.get_host_source(), k.target)
+
+
+@pytest.mark.parametrize("kind,policy", [("rs", 0), ("rs", 1), ("sr", 0), ("sr", 2)])
+def test_register_operand_layouts_fill_the_registers_the_template_reads(kind, policy):
+    g, lay = _layouts(_gemm_kernel(64, 64, 32, kind=kind, policy=policy))
+    frag = lay[g.a.buffer] if kind == "rs" else lay[g.b.buffer]
+    wm, wn = gemm_op.warp_partition(64, 64, 4, gemm_op.GemmWarpPolicy(policy))
+    rows = 64 // wm if kind == "rs" else 64 // wn  # the operand rows (A) or columns (B) of one warp
+    assert frag.is_injective() and frag.local_size == rows * 32 // 32
+    assert frag.replicate == (wn if kind == "rs" else wm)
