@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import s_tir, tirx
 
+from tilelang.language.diagnostics import CompilerError, UserError
 from tilelang.transform.check_shared_memory import check_shared_memory, user_shared_tiles
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import infer_layout
@@ -105,7 +106,7 @@ def lower(func: tirx.PrimFunc, target, config: dict | None = None, name: str = "
     tvm_config = {k: v for k, v in config.items() if k.startswith("tirx.")}
     with tvm.transform.PassContext(opt_level=3, config=tvm_config):
         for k, (pass_name, p) in enumerate(steps):
-            mod = p(mod)
+            mod = _run_pass(pass_name, p, mod, dump_dir)
             if dump_dir:
                 _dump(dump_dir, k, pass_name, mod)
             if pass_name == "merge_shared_memory":
@@ -116,6 +117,25 @@ def lower(func: tirx.PrimFunc, target, config: dict | None = None, name: str = "
         ((_, device_mod),) = device_mods.items()
         device_mod = tvm.s_tir.pipeline.finalize_device_passes()(device_mod)
     return Lowered(host_mod, device_mod, target)
+
+
+def _run_pass(name: str, p, mod, dump_dir):
+    """Run one pass. A mistake in the user's kernel (UserError) reaches the user as it is; any other
+    failure is a compiler bug, reported as a CompilerError that names the pass and how to see its input."""
+    try:
+        return p(mod)
+    except UserError:
+        raise
+    except Exception as err:  # noqa: BLE001 (re-raised as a CompilerError with the pass named)
+        where = (
+            f"the IR before it is in {dump_dir}"
+            if dump_dir
+            else "set TILELANG_DUMP_IR=<folder> to see the IR before it"
+        )
+        raise CompilerError(
+            f"tilelang internal error in pass '{name}': {type(err).__name__}: {err}\n"
+            f"This is a compiler bug, not a mistake in the kernel; {where}."
+        ) from err
 
 
 def _dump(folder: str, index: int, name: str, mod) -> None:

@@ -29,3 +29,15 @@ def test_limits_differ_by_architecture():
     tilelang.compile(_kernel(128), target="sm_80")  # 128 KiB fits sm_80's 163 KiB
     with pytest.raises(UserError, match="sm_89 allows 99 KiB"):
         tilelang.compile(_kernel(128), target="sm_89")
+
+
+def test_an_internal_failure_is_a_compiler_error_naming_the_pass(monkeypatch):
+    from tilelang.engine import pipeline
+    from tilelang.language.diagnostics import CompilerError
+
+    def broken(func):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(pipeline, "_tile_passes", lambda: [("broken_pass", broken)])
+    with pytest.raises(CompilerError, match="(?s)internal error in pass 'broken_pass'.*TILELANG_DUMP_IR"):
+        tilelang.compile(_kernel(8), target="sm_80")
