@@ -15,4 +15,5 @@ def add(N, block=1024):
 
 __version__ = "0.1.0"
 
+from tilelang import cache  # noqa: E402,F401
 from tilelang.jit import compile, jit  # noqa: E402,F401,A004

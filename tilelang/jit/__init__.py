@@ -40,12 +40,32 @@ class _JITFactory:
             key, hit = None, None
         if hit is not None:
             return hit
+        kernel = self._from_disk_or_compile(args, kwargs)
+        if key is not None:
+            self._kernels[key] = kernel
+        return kernel
+
+    def _from_disk_or_compile(self, args, kwargs):
+        from tilelang import cache
+        from tilelang.utils.target import determine_target
+
+        disk_key = None
+        if cache.is_enabled():
+            try:
+                target = determine_target(self.target)
+                disk_key = cache.key_for(self.factory, args, kwargs, self.out_idx, target, self.pass_configs)
+            except (OSError, TypeError):  # no source to hash (e.g. an interactive session): no disk cache
+                disk_key = None
+            if disk_key is not None:
+                hit = cache.load(disk_key)
+                if hit is not None:
+                    return hit
         func = self.factory(*args, **kwargs)
         kernel = JITKernel(
             func, out_idx=self.out_idx, target=self.target, pass_configs=self.pass_configs, name=self.factory.__name__
         )
-        if key is not None:
-            self._kernels[key] = kernel
+        if disk_key is not None:
+            kernel._on_built = lambda k: cache.store(disk_key, k)
         return kernel
 
 

@@ -50,6 +50,37 @@ class JITKernel:
         self.source = cuda.full_source(lowered)
         self._lib_path = None
         self._func = None
+        self._on_built = None  # called once the library exists (the disk cache stores the kernel then)
+
+    @classmethod
+    def from_cache(cls, meta: dict, kernel_source: str, source: str, lib_path: str) -> JITKernel:
+        """A kernel rebuilt from a cache entry: no tracing, no passes, no nvcc."""
+        from tilelang.jit.params import Param
+        from tilelang.utils.target import determine_target
+
+        self = cls.__new__(cls)
+        self.prim_func = None
+        self.target = determine_target(meta["arch"])
+        self.pass_configs = dict(meta["pass_configs"])
+        self.name = meta["name"]
+        self.params = [Param(p["name"], tuple(p["shape"]), p["dtype"]) for p in meta["params"]]
+        self.out_idx = list(meta["out_idx"])
+        self._in_idx = [k for k in range(len(self.params)) if k not in self.out_idx]
+        self.kernel_source, self.source = kernel_source, source
+        self._lib_path, self._func, self._on_built = lib_path, None, None
+        return self
+
+    def describe(self) -> dict:
+        """What a cache entry records to rebuild this kernel (JSON-serializable)."""
+        from tilelang.utils.target import arch_of
+
+        return {
+            "name": self.name,
+            "arch": arch_of(self.target),
+            "pass_configs": {k: v for k, v in self.pass_configs.items() if isinstance(v, (bool, int, float, str))},
+            "params": [{"name": p.name, "shape": list(p.shape), "dtype": p.dtype} for p in self.params],
+            "out_idx": self.out_idx,
+        }
 
     # Building the library is separate so tests can inspect sources without nvcc.
     def _ensure_built(self):
@@ -58,8 +89,11 @@ class JITKernel:
 
             from tilelang.codegen import cuda
 
-            fast_math = bool(self.pass_configs.get("tl.enable_fast_math", False))
-            self._lib_path = cuda.build_library(self.source, self.target, fast_math=fast_math)
+            if self._lib_path is None:
+                fast_math = bool(self.pass_configs.get("tl.enable_fast_math", False))
+                self._lib_path = cuda.build_library(self.source, self.target, fast_math=fast_math)
+                if self._on_built is not None:
+                    self._on_built(self)
             self._module = tvm_ffi.load_module(self._lib_path)
             self._func = self._module[self.name]
         return self._func

@@ -1,0 +1,158 @@
+"""The on-disk kernel cache: a second process that builds the same kernel loads it instead.
+
+An entry is keyed by everything that decides the generated code: the source of the module that
+defines the kernel factory, the factory's name and closure values, its compile-time arguments,
+`out_idx`, the target, the pass configs, and the versions of tilelang, TVM and nvcc. A hit
+neither traces the kernel nor runs nvcc. Entries are written to a temporary folder and renamed
+into place, so concurrent processes compiling the same kernel are safe and a crash mid-write
+leaves no entry; an entry whose library does not match its recorded checksum is logged, removed
+and rebuilt.
+
+    import tilelang.cache
+    tilelang.cache.clear()          # remove every entry
+    tilelang.cache.disable()        # or TILELANG_DISABLE_CACHE=1
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import logging
+import os
+import shutil
+import uuid
+
+from tilelang import env
+
+logger = logging.getLogger("tilelang")
+_enabled = os.environ.get("TILELANG_DISABLE_CACHE", "0") not in ("1", "true", "True")
+
+
+def enable() -> None:
+    global _enabled
+    _enabled = True
+
+
+def disable() -> None:
+    global _enabled
+    _enabled = False
+
+
+def is_enabled() -> bool:
+    return _enabled
+
+
+def folder() -> str:
+    return os.path.join(env.cache_dir(), "kernels")
+
+
+def clear() -> None:
+    """Remove every cached kernel."""
+    shutil.rmtree(folder(), ignore_errors=True)
+
+
+@functools.cache
+def compiler_fingerprint() -> str:
+    """A hash of the compiler's own sources (its Python files and device templates), so a changed
+    compiler never reuses kernels another version built, even at the same version number."""
+    digest = hashlib.sha256()
+    roots = [env.PACKAGE_DIR, os.path.join(env.template_path(), "tl_templates")]
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for name in sorted(filenames):
+                if name.endswith((".py", ".h")):
+                    with open(os.path.join(dirpath, name), "rb") as f:
+                        digest.update(name.encode() + f.read())
+    return digest.hexdigest()
+
+
+def _module_source(fn) -> str:
+    try:
+        path = inspect.getsourcefile(fn)
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, TypeError):
+        return inspect.getsource(fn)
+
+
+def _closure(fn) -> list:
+    cells = fn.__closure__ or ()
+    return [f"{name}={cell.cell_contents!r}" for name, cell in zip(fn.__code__.co_freevars, cells)]
+
+
+def key_for(factory, args, kwargs, out_idx, target, pass_configs) -> str:
+    """The cache key of one compiled kernel (hex sha256)."""
+    import tvm
+
+    from tilelang import __version__
+    from tilelang.codegen.cuda import nvcc_version
+
+    parts = {
+        "module": hashlib.sha256(_module_source(factory).encode()).hexdigest(),
+        "factory": factory.__qualname__,
+        "closure": _closure(factory),
+        "args": repr(args),
+        "kwargs": repr(sorted(kwargs.items())),
+        "out_idx": repr(out_idx),
+        "target": str(target),
+        "pass_configs": repr(sorted((pass_configs or {}).items())),
+        "versions": [__version__, compiler_fingerprint(), tvm.__version__, nvcc_version()],
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def store(key: str, kernel) -> None:
+    """Write `kernel` (already built) as entry `key`, atomically; an existing entry wins."""
+    final = os.path.join(folder(), key)
+    if os.path.isdir(final):
+        return
+    tmp = os.path.join(folder(), f".tmp-{uuid.uuid4().hex}")
+    os.makedirs(tmp)
+    try:
+        shutil.copyfile(kernel._lib_path, os.path.join(tmp, "kernel.so"))
+        for name, text in (("device.cu", kernel.kernel_source), ("source.cu", kernel.source)):
+            with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
+                f.write(text)
+        meta = kernel.describe()
+        meta["lib_sha256"] = _digest(os.path.join(tmp, "kernel.so"))
+        with open(os.path.join(tmp, "meta.json"), "w", encoding="utf-8") as f:
+            json.dump(meta, f)
+        try:
+            os.rename(tmp, final)  # atomic; fails if another process got there first
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def load(key: str):
+    """The JITKernel of entry `key`, or None on a miss. A corrupt entry is removed (and logged)."""
+    from tilelang.jit.kernel import JITKernel
+
+    final = os.path.join(folder(), key)
+    if not os.path.isdir(final):
+        return None
+    try:
+        with open(os.path.join(final, "meta.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+        lib = os.path.join(final, "kernel.so")
+        if _digest(lib) != meta["lib_sha256"]:
+            raise ValueError("the library does not match its checksum")
+        sources = []
+        for name in ("device.cu", "source.cu"):
+            with open(os.path.join(final, name), encoding="utf-8") as f:
+                sources.append(f.read())
+        return JITKernel.from_cache(meta, sources[0], sources[1], lib)
+    except (OSError, ValueError, KeyError, json.JSONDecodeError) as err:
+        logger.warning("tilelang: corrupt cache entry %s (%s); rebuilding it", final, err)
+        shutil.rmtree(final, ignore_errors=True)
+        return None
