@@ -27,6 +27,7 @@ from tvm import ir, sym, tirx
 from tvm.tirx import IndexMap
 
 from tilelang.layout.evaluate import evaluate, grid
+from tilelang.utils.ir import i32 as _c
 
 
 def placeholder_vars(n: int, prefix: str = "i"):
@@ -46,10 +47,6 @@ def substitute(expr, mapping: dict):
         return v
 
     return tvm_ffi.structural_map(expr, [(ir.Var, on_var)])
-
-
-def _c(x):
-    return tirx.const(int(x), "int32")
 
 
 def clear_groups(thread, groups):
@@ -103,17 +100,6 @@ class Fragment:
     @property
     def replicate(self) -> int:
         return math.prod(c for _, c in self.groups) if self.groups else 1
-
-    @property
-    def thread(self):
-        """Holder thread as an expression of `vars` and `rep_var` (rep_var only when replicated)."""
-        return self.base + spread(self.rep_var, self.groups) if self.groups else self.base
-
-    @property
-    def rep_var(self):
-        if not hasattr(self, "_rep"):
-            self._rep = tirx.Var("rep", "int32")
-        return self._rep
 
     def map(self, indices, rep=None):
         """(thread, register index) of the element at `indices` (its `rep`-th holder)."""

@@ -16,10 +16,7 @@ from tvm import sym, tirx
 
 from tilelang.layout.evaluate import evaluate, grid
 from tilelang.layout.fragment import placeholder_vars, substitute  # noqa: F401  (placeholder_vars re-exported)
-
-
-def _c(x):
-    return tirx.const(int(x), "int32")
+from tilelang.utils.ir import i32 as _c
 
 
 @dataclass

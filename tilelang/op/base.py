@@ -48,10 +48,6 @@ def is_buffer(x) -> bool:
     return isinstance(x, ir.Var) and tirx.is_buffer_var(x)
 
 
-def scope_of(buffer) -> str:
-    return buffer.scope()
-
-
 @dataclass
 class Region:
     """A rectangular part of a buffer: `buffer[starts[d] : starts[d] + extents[d]]` per dimension."""

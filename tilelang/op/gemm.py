@@ -19,6 +19,7 @@ from tilelang.language.diagnostics import UserError, at_span
 from tilelang.layout import fragment as fl
 from tilelang.op import base
 from tilelang.op import gemm_instructions as instructions
+from tilelang.utils.ir import i32 as _c
 
 NAME = "gemm"
 
@@ -137,10 +138,6 @@ def warp_partition(M: int, N: int, num_warps: int, policy: GemmWarpPolicy, span=
         preferred = [f for f in fits if f[1] == num_warps] or fits
         return max(preferred, key=lambda f: f[1])
     return min(fits, key=lambda f: (abs(M / f[0] - N / f[1]), -f[0]))
-
-
-def _c(x):
-    return tirx.const(int(x), "int32")
 
 
 def layouts(g: Gemm, target, num_threads: int, span=None) -> dict:

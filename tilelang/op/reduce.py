@@ -21,6 +21,7 @@ from tvm import ir, tirx
 from tilelang.language.diagnostics import UserError
 from tilelang.layout import fragment as fl
 from tilelang.op import base
+from tilelang.utils.ir import i32 as _c
 from tilelang.utils.ir import seq
 
 NAME = "reduce"
@@ -279,7 +280,3 @@ def _lower_shared(red: Reduction, ctx) -> tirx.Stmt:
     )
     rounds = (total + ctx.num_threads - 1) // ctx.num_threads
     return tirx.For(o, _c(0), _c(rounds), tirx.ForKind.SERIAL, body)
-
-
-def _c(x):
-    return tirx.const(int(x), "int32")

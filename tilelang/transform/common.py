@@ -113,21 +113,3 @@ def walk(node, callbacks, order: str = "pre") -> None:
 
 
 from tilelang.utils.ir import collect  # noqa: E402,F401  (re-exported for passes)
-
-
-def buffers_accessed(node):
-    """Buffers loaded or stored anywhere in `node` (each once, in order of appearance)."""
-    seen = []
-
-    def add(buf):
-        if not any(buf.same_as(b) for b in seen):
-            seen.append(buf)
-
-    def on_load(ld):
-        add(ld.source)
-
-    def on_store(st):
-        add(st.buffer)
-
-    tvm_ffi.structural_walk(node, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store)], order="pre")
-    return seen

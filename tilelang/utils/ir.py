@@ -35,12 +35,9 @@ def seq(stmts) -> tirx.Stmt:
     return tirx.SeqStmt(stmts)
 
 
-def int32(x):
-    return tirx.const(x, "int32") if isinstance(x, int) else x
-
-
-def is_load(x) -> bool:
-    return isinstance(x, ir.TensorLoad)
+def i32(x):
+    """An int32 constant (index arithmetic is int32 throughout)."""
+    return tirx.const(int(x), "int32")
 
 
 def collect(node, kind) -> list:

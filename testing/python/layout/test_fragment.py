@@ -26,7 +26,7 @@ def test_partition_is_a_bijection(shape, threads, vec):
             rem //= n
         idx.reverse()
         env = dict(zip(frag.vars, idx))
-        t, r = _eval(frag.thread, env), _eval(frag.index, env)
+        t, r = _eval(frag.base, env), _eval(frag.index, env)
         assert 0 <= t < threads and 0 <= r < frag.local_size
         seen.add((t, r))
     assert len(seen) == size
@@ -35,10 +35,10 @@ def test_partition_is_a_bijection(shape, threads, vec):
 def test_partition_vectors_are_contiguous_per_thread():
     frag = fl.partition((4, 32), 8, 4)
     env = {frag.vars[0]: 1, frag.vars[1]: 4}
-    t0, r0 = _eval(frag.thread, env), _eval(frag.index, env)
+    t0, r0 = _eval(frag.base, env), _eval(frag.index, env)
     for k in range(4):
         env = {frag.vars[0]: 1, frag.vars[1]: 4 + k}
-        assert (_eval(frag.thread, env), _eval(frag.index, env)) == (t0, r0 + k)
+        assert (_eval(frag.base, env), _eval(frag.index, env)) == (t0, r0 + k)
 
 
 def test_inverse_round_trip_and_padding():
@@ -56,7 +56,7 @@ def test_inverse_round_trip_and_padding():
             count += 1
             i, j = _eval(i_expr, env), _eval(j_expr, env)
             back = {frag.vars[0]: i, frag.vars[1]: j}
-            assert (_eval(frag.thread, back), _eval(frag.index, back)) == (tv, rv)
+            assert (_eval(frag.base, back), _eval(frag.index, back)) == (tv, rv)
     assert count == 6400
 
 
