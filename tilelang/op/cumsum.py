@@ -6,13 +6,11 @@ Lowering: the lines along `dim` are spread over the threads; each thread scans i
 
 from __future__ import annotations
 
-import math
-
 from tvm import tirx
 
 from tilelang.language.diagnostics import UserError
-from tilelang.layout import fragment as fl
 from tilelang.op import base
+from tilelang.op.loops import over_threads
 from tilelang.utils.ir import seq
 
 NAME = "cumsum"
@@ -47,47 +45,29 @@ def lower(call, ctx, span=None) -> tirx.Stmt:
     dst = base.Region.from_ir(call.args[1]).buffer
     dim, reverse = int(call.args[2].value), bool(int(call.args[3].value))
     shape = [int(x) for x in src.shape]
-    other = [n for k, n in enumerate(shape) if k != dim]
-    lines, length = math.prod(other), shape[dim]
-    o, k = tirx.Var("o", "int32"), tirx.Var("k", "int32")
-    line = o * ctx.num_threads + ctx.thread
-    coords, rem = [], line
-    for n in reversed(other):
-        coords.append(tirx.floormod(rem, n))
-        rem = tirx.floordiv(rem, n)
-    coords.reverse()
-    idx = list(coords)
-    idx.insert(dim, (length - 1 - k) if reverse else k)
+    length = shape[dim]
     dtype = str(dst.dtype)
-    # The line is read into registers, scanned, and written back as separate phases: the barrier
-    # that orders the reads of all threads before the in-place writes goes between two guarded
-    # statements, never inside a guard.
     line_buf = tirx.decl_buffer((length,), dtype, "line", scope="local")
-    value = tirx.BufferLoad(src, idx)
-    if str(src.dtype) != dtype:
-        value = tirx.Cast(dtype, value)
-    read = tirx.For(k, 0, length, tirx.ForKind.SERIAL, tirx.BufferStore(line_buf, value, [k]))
-    q = tirx.Var("q", "int32")  # each loop its own variable: the analyzer binds each once
-    scan = tirx.For(
-        q,
-        1,
-        length - 1,
-        tirx.ForKind.SERIAL,
-        tirx.BufferStore(line_buf, tirx.BufferLoad(line_buf, [q]) + tirx.BufferLoad(line_buf, [q - 1]), [q]),
-    )
-    w = tirx.Var("w", "int32")
-    write = tirx.For(
-        w,
-        0,
-        length,
-        tirx.ForKind.SERIAL,
-        tirx.BufferStore(dst, tirx.BufferLoad(line_buf, [w]), [fl.substitute(i, {k: w}) for i in idx]),
-    )
-    valid = line < lines if lines % ctx.num_threads else None
+    k, q, w = (tirx.Var(n, "int32") for n in ("k", "q", "w"))  # one variable per loop: each bound once
 
-    def guarded(stmt):
-        return tirx.IfThenElse(valid, stmt, None) if valid is not None else stmt
+    def at(coords, pos):
+        idx = list(coords)
+        idx.insert(dim, (length - 1 - pos) if reverse else pos)
+        return idx
 
-    body = seq([tirx.AllocBuffer(line_buf), guarded(read), scan, guarded(write)])
-    rounds = (lines + ctx.num_threads - 1) // ctx.num_threads
-    return tirx.For(o, 0, rounds, tirx.ForKind.SERIAL, body)
+    def body(coords, guard):
+        # The line is read into registers, scanned, and written back as separate phases: the barrier
+        # that orders every thread's reads before the in-place writes goes between two guarded
+        # statements, never inside a guard.
+        value = tirx.BufferLoad(src, at(coords, k))
+        if str(src.dtype) != dtype:
+            value = tirx.Cast(dtype, value)
+        read = tirx.For(k, 0, length, tirx.ForKind.SERIAL, tirx.BufferStore(line_buf, value, [k]))
+        running = tirx.BufferLoad(line_buf, [q]) + tirx.BufferLoad(line_buf, [q - 1])
+        scan = tirx.For(q, 1, length - 1, tirx.ForKind.SERIAL, tirx.BufferStore(line_buf, running, [q]))
+        write = tirx.For(
+            w, 0, length, tirx.ForKind.SERIAL, tirx.BufferStore(dst, tirx.BufferLoad(line_buf, [w]), at(coords, w))
+        )
+        return seq([tirx.AllocBuffer(line_buf), guard(read), scan, guard(write)])
+
+    return over_threads([n for d, n in enumerate(shape) if d != dim], ctx, body)

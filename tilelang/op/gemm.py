@@ -131,12 +131,10 @@ def warp_partition(M: int, N: int, num_warps: int, policy: GemmWarpPolicy, span=
             f"multiple of 16 and N a multiple of 8 (with enough rows/columns for the warps)",
             span,
         )
-    if policy == GemmWarpPolicy.FullRow:
-        preferred = [f for f in fits if f[0] == num_warps] or fits
-        return max(preferred, key=lambda f: f[0])
+    if policy == GemmWarpPolicy.FullRow:  # as many warps along M as fit
+        return max(fits, key=lambda f: f[0])
     if policy == GemmWarpPolicy.FullCol:
-        preferred = [f for f in fits if f[1] == num_warps] or fits
-        return max(preferred, key=lambda f: f[1])
+        return max(fits, key=lambda f: f[1])
     return min(fits, key=lambda f: (abs(M / f[0] - N / f[1]), -f[0]))
 
 
@@ -277,8 +275,7 @@ def _pointer(region, ctx, rw: int):
 
 
 def lower(call, ctx, span=None) -> tirx.Stmt:
-    g = Gemm(call)
-    layouts(g, ctx.target, ctx.num_threads, span)  # re-checks the instruction and the shapes
+    g = Gemm(call)  # its instruction and shapes were checked by `layouts` at layout inference
     wm, wn = warp_partition(g.M, g.N, ctx.num_threads // 32, g.policy, span)
     lda, ldb = int(g.a.buffer.shape[-1]), int(g.b.buffer.shape[-1])
 

@@ -43,3 +43,29 @@ def split_parallel_nest(loop):
         extents.append(node.extent)
         node = node.body
     return vars_, extents, node
+
+
+def over_threads(shape, ctx, body_fn) -> tirx.Stmt:
+    """Spread the items of `shape` (row-major) over the block's threads, one per thread per round.
+
+    `body_fn(coords, guard)` builds a round's statement for the item at `coords`; `guard(stmt)`
+    predicates a statement on the item existing (the last round may be partial). Keeping the guard
+    per statement lets a barrier sit between two guarded phases instead of inside a guard.
+    """
+    import math
+
+    total = math.prod(shape)
+    o = tirx.Var("o", "int32")
+    flat = o * ctx.num_threads + ctx.thread
+    coords, rem = [], flat
+    for n in reversed(shape):
+        coords.append(tirx.floormod(rem, n))
+        rem = tirx.floordiv(rem, n)
+    coords.reverse()
+    valid = flat < total if total % ctx.num_threads else None
+
+    def guard(stmt):
+        return tirx.IfThenElse(valid, stmt, None) if valid is not None else stmt
+
+    rounds = (total + ctx.num_threads - 1) // ctx.num_threads
+    return tirx.For(o, 0, rounds, tirx.ForKind.SERIAL, body_fn(coords, guard))

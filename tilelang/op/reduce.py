@@ -14,13 +14,12 @@ per output element folds its row.
 
 from __future__ import annotations
 
-import math
-
 from tvm import ir, tirx
 
 from tilelang.language.diagnostics import UserError
 from tilelang.layout import fragment as fl
 from tilelang.op import base
+from tilelang.op.loops import over_threads
 from tilelang.utils.ir import i32 as _c
 from tilelang.utils.ir import seq
 
@@ -242,41 +241,24 @@ def _lower_shared(red: Reduction, ctx) -> tirx.Stmt:
     reads and the writes sits between the two."""
     src, dst = red.src, red.dst
     dtype = str(dst.dtype)
-    out_shape = [int(x) for x in dst.shape]
-    total = math.prod(out_shape)
-    o, k = tirx.Var("o", "int32"), tirx.Var("k", "int32")
-    flat = o * _c(ctx.num_threads) + ctx.thread
-    out_idx, rem = [], flat
-    for n in reversed(out_shape):
-        out_idx.append(tirx.floormod(rem, _c(n)))
-        rem = tirx.floordiv(rem, _c(n))
-    out_idx.reverse()
-    src_idx = list(out_idx) if len(src.shape) > 1 else []
-    src_idx.insert(red.dim, k)
-    value = _prepare(red.kind, tirx.BufferLoad(src, src_idx))
-    if str(src.dtype) != dtype:
-        value = tirx.Cast(dtype, value)
+    k = tirx.Var("k", "int32")
     buf = tirx.decl_buffer((1,), dtype, "acc", scope="local")
-    init = identity(red.kind, dtype) if red.clear else tirx.BufferLoad(dst, out_idx)
-    valid = flat < _c(total) if total % ctx.num_threads else None
 
-    def guarded(stmt):
-        return tirx.IfThenElse(valid, stmt, None) if valid is not None else stmt
+    def body(out_idx, guard):
+        src_idx = list(out_idx) if len(src.shape) > 1 else []
+        src_idx.insert(red.dim, k)
+        value = _prepare(red.kind, tirx.BufferLoad(src, src_idx))
+        if str(src.dtype) != dtype:
+            value = tirx.Cast(dtype, value)
+        init = identity(red.kind, dtype) if red.clear else tirx.BufferLoad(dst, out_idx)
+        step = tirx.BufferStore(buf, _fold(red.kind, tirx.BufferLoad(buf, [_c(0)]), value), [_c(0)])
+        fold = seq(
+            [
+                tirx.BufferStore(buf, init, [_c(0)]),
+                tirx.For(k, _c(0), _c(int(src.shape[red.dim])), tirx.ForKind.SERIAL, step),
+            ]
+        )
+        write = tirx.BufferStore(dst, tirx.BufferLoad(buf, [_c(0)]), out_idx)
+        return seq([tirx.AllocBuffer(buf), guard(fold), guard(write)])
 
-    fold = seq(
-        [
-            tirx.BufferStore(buf, init, [_c(0)]),
-            tirx.For(
-                k,
-                _c(0),
-                _c(int(src.shape[red.dim])),
-                tirx.ForKind.SERIAL,
-                tirx.BufferStore(buf, _fold(red.kind, tirx.BufferLoad(buf, [_c(0)]), value), [_c(0)]),
-            ),
-        ]
-    )
-    body = seq(
-        [tirx.AllocBuffer(buf), guarded(fold), guarded(tirx.BufferStore(dst, tirx.BufferLoad(buf, [_c(0)]), out_idx))]
-    )
-    rounds = (total + ctx.num_threads - 1) // ctx.num_threads
-    return tirx.For(o, _c(0), _c(rounds), tirx.ForKind.SERIAL, body)
+    return over_threads([int(x) for x in dst.shape], ctx, body)
