@@ -2,9 +2,10 @@
 
 Plan: the global-to-shared copies of an iteration are stage 0 (producers); everything else is the
 last stage (consumers). `order`/`stage` given to T.Pipelined override the plan: statements with a
-stage below the largest are producers. Each shared tile a producer writes gets `s` buffers (a new
-leading dimension), iteration k using buffer k % s; producers become asynchronous copies (cp.async)
-issued s - 1 iterations ahead:
+stage below the largest are producers, and the loop body issues the statements sorted by `order`
+(a producer's copy for iteration k + s - 1 in its own place; the commit after the last one).
+Each shared tile a producer writes gets `s` buffers (a new leading dimension), iteration k using
+buffer k % s; producers become asynchronous copies (cp.async) issued s - 1 iterations ahead:
 
 Before:  for k in T.Pipelined(n, num_stages=3): copy(A[k], A_s); gemm(A_s, ...)
 After:   for i in range(2): if i < n: copy_async(A[i], A_s[i % 3]);  commit
@@ -104,15 +105,26 @@ def _as_async(stmt):
 
 
 def _plan(loop, stages: int):
+    """(producers, all statements in the order the loop body issues them, multi-buffered tiles)."""
     stmts = _inline_binds(_statements(loop.body))
+    position = list(range(len(stmts)))
     user_stage = loop.annotations.get("tl_pipeline_stage")
     if user_stage is not None:
         user_stage = [int(x) for x in user_stage]
+        user_order = [int(x) for x in loop.annotations.get("tl_pipeline_order")]
         if len(user_stage) != len(stmts):
             raise at_span(
-                f"T.Pipelined: `stage` has {len(user_stage)} entries but the loop has {len(stmts)} statements",
+                f"T.Pipelined: `stage` and `order` have {len(user_stage)} entries but the loop has "
+                f"{len(stmts)} statements",
                 loop.span,
             )
+        if sorted(user_order) != list(range(len(stmts))) or min(user_stage) < 0:
+            raise at_span(
+                f"T.Pipelined: `order` must be a permutation of 0..{len(stmts) - 1} and `stage` entries must "
+                f"be >= 0; got order={user_order}, stage={user_stage}",
+                loop.span,
+            )
+        position = user_order
         last = max(user_stage)
         producers = [s for s, st in zip(stmts, user_stage) if st < last]
         if not all(_is_producer_copy(s) for s in producers):
@@ -121,6 +133,7 @@ def _plan(loop, stages: int):
             )
     else:
         producers = [s for s in stmts if _is_producer_copy(s)]
+    ordered = [s for _, s in sorted(zip(position, stmts), key=lambda x: x[0])]
     consumers = [s for s in stmts if not any(s.same_as(p) for p in producers)]
     tiles = []
     for p in producers:
@@ -140,11 +153,11 @@ def _plan(loop, stages: int):
                     f"a later statement of the loop; the planner cannot buffer it",
                     loop.span,
                 )
-    return producers, consumers, tiles
+    return producers, ordered, tiles
 
 
 def _pipeline(loop, stages: int, new_tiles: dict):
-    producers, consumers, tiles = _plan(loop, stages)
+    producers, ordered, tiles = _plan(loop, stages)
     if not producers:
         return None
     versions = {}
@@ -155,9 +168,8 @@ def _pipeline(loop, stages: int, new_tiles: dict):
     k, n = loop.loop_var, loop.extent
     s = tirx.const(stages, "int32")
 
-    def produce(i):
-        body = seq([_as_async(_versioned(substitute(p, {k: i}), versions, tirx.floormod(i, s))) for p in producers])
-        return body
+    def produce(p, i):
+        return _as_async(_versioned(substitute(p, {k: i}), versions, tirx.floormod(i, s)))
 
     i = tirx.Var("stage", "int32")
     prologue = tirx.For(
@@ -165,19 +177,24 @@ def _pipeline(loop, stages: int, new_tiles: dict):
         0,
         stages - 1,
         tirx.ForKind.UNROLLED,
-        seq([tirx.IfThenElse(i < n, produce(i), None), _call("tl::cp_async_commit")]),
+        seq([tirx.IfThenElse(i < n, seq([produce(p, i) for p in producers]), None), _call("tl::cp_async_commit")]),
     )
     ahead = k + (stages - 1)
-    body = seq(
-        [
-            _call(f"tl::cp_async_wait<{stages - 2}>"),
-            _call("__syncthreads"),
-            tirx.IfThenElse(ahead < n, produce(ahead), None),
-            _call("tl::cp_async_commit"),
-            *[_versioned(c, versions, tirx.floormod(k, s)) for c in consumers],
-        ]
-    )
-    main = tirx.For(k, loop.min, n, tirx.ForKind.SERIAL, body, span=loop.span)
+    body = [_call(f"tl::cp_async_wait<{stages - 2}>"), _call("__syncthreads")]
+    is_producer = [any(st.same_as(p) for p in producers) for st in ordered]
+    last_producer = max(j for j, flag in enumerate(is_producer) if flag)
+    run = []  # adjacent producers share one bounds check
+    for j, (st, flag) in enumerate(zip(ordered, is_producer)):
+        if flag:
+            run.append(produce(st, ahead))
+        else:
+            body.append(_versioned(st, versions, tirx.floormod(k, s)))
+        if run and (j + 1 == len(ordered) or not is_producer[j + 1]):
+            body.append(tirx.IfThenElse(ahead < n, seq(run), None))
+            run = []
+        if j == last_producer:
+            body.append(_call("tl::cp_async_commit"))
+    main = tirx.For(k, loop.min, n, tirx.ForKind.SERIAL, seq(body), span=loop.span)
     return seq([prologue, main, _call("tl::cp_async_wait<0>")])
 
 

@@ -124,3 +124,56 @@ def test_user_stages_override_the_plan():
 
     after = pipeline_loops(main)
     assert _allocs(after)["s"] == [2, 128, 32] and _allocs(after)["t"] == [128, 32]
+
+
+def _body_order(func):
+    """Names of the copies' destinations and the gemm, in the order the main loop issues them."""
+    out = []
+
+    def on_eval(e):
+        if base.is_tile_op(e.value, "copy"):
+            out.append(base.Region.from_ir(e.value.args[1]).name)
+        elif base.is_tile_op(e.value, "gemm"):
+            out.append("gemm")
+
+    loops = []
+    tvm_ffi.structural_walk(func.body, [(tirx.For, lambda f: loops.append(f) if f.loop_var.name == "k" else None)])
+    tvm_ffi.structural_walk(loops[0].body, [(tirx.Evaluate, on_eval)])
+    return out
+
+
+def test_user_order_places_each_statement():
+    @T.prim_func
+    def main(
+        A: T.Tensor((128, 256), "float16"), B: T.Tensor((256, 128), "float16"), C: T.Tensor((128, 128), "float32")
+    ):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((128, 32), "float16")
+            B_s = T.alloc_shared((32, 128), "float16")
+            C_f = T.alloc_fragment((128, 128), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(8, num_stages=3, order=[1, 2, 0], stage=[0, 0, 2]):
+                T.copy(A[0, k * 32], A_s)
+                T.copy(B[k * 32, 0], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C)
+
+    after = pipeline_loops(main)
+    assert _body_order(after) == ["gemm", "A_s", "B_s"]
+    assert _body_order(pipeline_loops(_gemm_loop(3))) == ["A_s", "B_s", "gemm"]
+    # One commit per iteration, after the last producer.
+    names = _externs(after)
+    assert names.count("tl::cp_async_commit") == 2  # the prologue's (one loop) and the main loop's
+
+
+def test_user_order_must_be_a_permutation():
+    @T.prim_func
+    def main(A: T.Tensor((128, 256), "float16"), B: T.Tensor((128, 256), "float16")):
+        with T.Kernel(1, threads=128):
+            s = T.alloc_shared((128, 32), "float16")
+            for k in T.Pipelined(8, num_stages=2, order=[0, 0], stage=[0, 1]):
+                T.copy(A[0, k * 32], s)
+                T.copy(s, B[0, k * 32])
+
+    with pytest.raises(Exception, match="must be a permutation"):
+        pipeline_loops(main)
