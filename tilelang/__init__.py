@@ -15,5 +15,9 @@ def add(N, block=1024):
 
 __version__ = "0.1.0"
 
+# The language first: the passes and the code generator import it, and it imports them back.
+from tilelang import language  # noqa: E402,F401
+
+# isort: split
 from tilelang import cache  # noqa: E402,F401
 from tilelang.jit import compile, jit  # noqa: E402,F401,A004

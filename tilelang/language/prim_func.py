@@ -17,10 +17,12 @@ import functools
 
 import tvm_ffi
 from tvm import ir, tirx
+from tvm.error import DiagnosticError
 from tvm.script import tirx as _script
 
 from tilelang.language import annotations as annotations_mod
 from tilelang.language import loops
+from tilelang.language.diagnostics import UserError
 
 
 def prim_func(func=None, *, private=False, check_well_formed=True):
@@ -38,7 +40,11 @@ def prim_func(func=None, *, private=False, check_well_formed=True):
     loops.parallel_loop_vars.clear()
     annotations_mod.annotated_layouts.clear()
     try:
-        parsed = _script.prim_func(func, private=private, check_well_formed=check_well_formed)
+        try:
+            parsed = _script.prim_func(func, private=private, check_well_formed=check_well_formed)
+        except DiagnosticError as err:
+            # TVM's excepthook prints only a hint for its DiagnosticError, not the message.
+            raise UserError(str(err).strip()) from None
         parallel = dict(loops.parallel_loop_vars)
         layouts = dict(annotations_mod.annotated_layouts)
     finally:
