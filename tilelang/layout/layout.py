@@ -87,20 +87,23 @@ def linear(shape) -> Layout:
 
 
 def swizzle(shape, element_bits: int, bits: int) -> Layout:
-    """CuTe-style Swizzle<bits, M, 3> on the row-major offset, M = log2(16-byte chunk in elements).
+    """CuTe-style Swizzle<bits, M, S> on the row-major offset, M = log2(16-byte chunk in elements).
 
     bits = 3, 2, 1: full-bank (128-byte), half-bank (64-byte) and quarter-bank (32-byte) swizzles.
     The XOR keeps each 16-byte chunk contiguous, so vectorized accesses of up to 16 bytes stay one
-    access.
+    access. The chunk index is XORed with the index of the 128-byte line, or, when rows are a
+    multiple of 128 bytes, with the row index: then any 8 consecutive rows of one chunk column (an
+    ldmatrix read) fall in 8 different bank groups, however wide the row.
     """
     chunk = 128 // element_bits  # elements per 16-byte chunk
+    line = shape[-1] if shape[-1] % (chunk * 8) == 0 else chunk * 8
     vars_ = placeholder_vars(len(shape))
     off = _c(0)
     for v, n in zip(vars_, shape):
         off = off * _c(n) + v
     span = 1 << bits
     col = tirx.floormod(tirx.floordiv(off, _c(chunk)), _c(span))
-    row = tirx.floormod(tirx.floordiv(off, _c(chunk * 8)), _c(span))
+    row = tirx.floormod(tirx.floordiv(off, _c(line)), _c(span))
     swizzled = tirx.bitwise_xor(col, row)
     forward = sym.Analyzer().simplify(off - col * _c(chunk)) + swizzled * _c(chunk)
     names = {3: "full_bank_swizzle", 2: "half_bank_swizzle", 1: "quarter_bank_swizzle"}

@@ -14,7 +14,8 @@ TL_DEVICE void cp_async(void* dst, const void* src, bool valid) {
   unsigned int smem = static_cast<unsigned int>(__cvta_generic_to_shared(dst));
   int src_size = valid ? Bytes : 0;
   if constexpr (Bytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(src), "r"(src_size));
+    // .cg: bypass L1 (the tile is read once from shared memory); L2::128B: fetch whole lines.
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(src), "r"(src_size));
   } else {
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem), "l"(src), "n"(Bytes),
                  "r"(src_size));

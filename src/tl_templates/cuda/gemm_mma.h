@@ -98,15 +98,16 @@ TL_DEVICE uint32_t pack(const T* p, int stride) {
   return v.bits;
 }
 
-// The shared-memory swizzle of tilelang/layout/layout.py `swizzle(shape, 16, Bits)` on an element offset:
-// 16-byte chunk index XOR row bits, Bits = 0 for a row-major tile. Chunks stay contiguous.
-template <int Bits>
+// The shared-memory swizzle of tilelang/layout/layout.py `swizzle(shape, 16, Bits)` on an element
+// offset into a tile with rows of Ld elements: the 16-byte chunk index XOR the row bits, Bits = 0 for
+// a row-major tile. The row is the 128-byte line, or the tile row when rows are whole lines.
+template <int Bits, int Ld>
 TL_DEVICE int swizzle16(int off) {
   if constexpr (Bits == 0) {
     return off;
   } else {
-    constexpr int mask = (1 << Bits) - 1;
-    int chunk = (off >> 3) & mask, row = (off >> 6) & mask;
+    constexpr int mask = (1 << Bits) - 1, line = Ld % 64 == 0 ? Ld : 64;
+    int chunk = (off >> 3) & mask, row = (off / line) & mask;
     return off + (((chunk ^ row) - chunk) << 3);
   }
 }
@@ -152,7 +153,7 @@ TL_DEVICE void load_a(uint32_t (&a)[S::MI][4], const TA* A, int row0, int k0, in
     for (int mi = 0; mi < S::MI; ++mi) {
       int off = TransA ? (k0 + lane % 8 + (m / 2) * 8) * LdA + row0 + mi * 16 + (m % 2) * 8
                        : (row0 + mi * 16 + lane % 8 + (m % 2) * 8) * LdA + k0 + (m / 2) * 8;
-      ldmatrix_x4(a[mi], A + swizzle16<Swz>(off), TransA);
+      ldmatrix_x4(a[mi], A + swizzle16<Swz, LdA>(off), TransA);
     }
     return;
   }
@@ -168,13 +169,25 @@ TL_DEVICE void load_a(uint32_t (&a)[S::MI][4], const TA* A, int row0, int k0, in
 
 template <class S, bool TransB, int LdB, int Swz, typename TB>
 TL_DEVICE void load_b(uint32_t (&b)[S::NI][2], const TB* B, int col0, int k0, int g, int t) {
-  if constexpr (sizeof(TB) == 2 && LdB % 8 == 0) {  // lanes 0-15 address the rows of the two 8x8 matrices
+  if constexpr (sizeof(TB) == 2 && LdB % 8 == 0 && S::NI % 2 == 0) {
+    // Two 8-column atoms per ldmatrix.x4: matrix m = lane / 8 is K half m % 2 of atom ni + m / 2.
+    const int lane = threadIdx.x % 32, m = lane / 8, r = lane % 8;
+#pragma unroll
+    for (int ni = 0; ni < S::NI; ni += 2) {
+      int n = col0 + (ni + m / 2) * 8, k = k0 + (m % 2) * 8;
+      int off = TransB ? (n + r) * LdB + k : (k + r) * LdB + n;
+      uint32_t q[4];
+      ldmatrix_x4(q, B + swizzle16<Swz, LdB>(off), !TransB);
+      b[ni][0] = q[0], b[ni][1] = q[1], b[ni + 1][0] = q[2], b[ni + 1][1] = q[3];
+    }
+    return;
+  } else if constexpr (sizeof(TB) == 2 && LdB % 8 == 0) {  // lanes 0-15 address the two matrices' rows
     const int lane = threadIdx.x % 16;
 #pragma unroll
     for (int ni = 0; ni < S::NI; ++ni) {
       int off = TransB ? (col0 + ni * 8 + lane % 8) * LdB + k0 + (lane / 8) * 8
                        : (k0 + lane % 8 + (lane / 8) * 8) * LdB + col0 + ni * 8;
-      ldmatrix_x2(b[ni], B + swizzle16<Swz>(off), !TransB);
+      ldmatrix_x2(b[ni], B + swizzle16<Swz, LdB>(off), !TransB);
     }
     return;
   }
@@ -215,12 +228,18 @@ TL_DEVICE void gemm_ss(const TA* A, const TB* B, TC* C) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int row0 = (warp % WarpM) * S::WM, col0 = (warp / WarpM) * S::WN;
   mma_detail::clear<S, Clear>(C);
+  // Operands double-buffered in registers: step kt + 1 is read from shared memory while the
+  // tensor cores work on step kt.
+  uint32_t a[2][S::MI][4], b[2][S::NI][2];
+  mma_detail::load_a<S, TransA, LdA, SwzA>(a[0], A, row0, 0, lane / 4, lane % 4);
+  mma_detail::load_b<S, TransB, LdB, SwzB>(b[0], B, col0, 0, lane / 4, lane % 4);
 #pragma unroll
   for (int kt = 0; kt < S::KT; ++kt) {
-    uint32_t a[S::MI][4], b[S::NI][2];
-    mma_detail::load_a<S, TransA, LdA, SwzA>(a, A, row0, kt * S::AK, lane / 4, lane % 4);
-    mma_detail::load_b<S, TransB, LdB, SwzB>(b, B, col0, kt * S::AK, lane / 4, lane % 4);
-    mma_detail::accumulate<S>(C, a, b);
+    if (kt + 1 < S::KT) {
+      mma_detail::load_a<S, TransA, LdA, SwzA>(a[(kt + 1) % 2], A, row0, (kt + 1) * S::AK, lane / 4, lane % 4);
+      mma_detail::load_b<S, TransB, LdB, SwzB>(b[(kt + 1) % 2], B, col0, (kt + 1) * S::AK, lane / 4, lane % 4);
+    }
+    mma_detail::accumulate<S>(C, a[kt % 2], b[kt % 2]);
   }
 }
 

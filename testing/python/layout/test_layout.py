@@ -16,13 +16,17 @@ def test_swizzle_is_a_permutation(shape, bits, swizzle_bits):
     assert sl.swizzle(shape, bits, swizzle_bits).is_bijective()
 
 
-def test_full_bank_swizzle_spreads_a_chunk_column_over_all_banks():
-    lay = sl.swizzle((64, 64), 16, 3)  # 128-byte rows of fp16
-    rows = np.arange(8)
-    for chunk in range(8):
-        offsets = evaluate(lay.forward, {lay.vars[0]: rows, lay.vars[1]: np.full(8, chunk * 8)})
-        banks = (offsets * 2 // 16) % 8  # 16-byte bank group of each row's chunk
-        assert sorted(banks.tolist()) == list(range(8))
+@pytest.mark.parametrize("shape,bits", [((64, 64), 3), ((32, 128), 3), ((32, 256), 3), ((128, 32), 2)])
+def test_swizzle_spreads_any_8_rows_of_a_chunk_column_over_all_banks(shape, bits):
+    """What an ldmatrix reads (8 rows of one 16-byte chunk) is conflict-free, whatever the row width
+    (rows of 64, 128, 256 and 512 bytes of fp16)."""
+    lay = sl.swizzle(shape, 16, bits)
+    for r0 in range(0, shape[0], 8):
+        rows = np.arange(r0, r0 + 8)
+        for chunk in range(shape[1] // 8):
+            offsets = evaluate(lay.forward, {lay.vars[0]: rows, lay.vars[1]: np.full(8, chunk * 8)})
+            banks = (offsets * 2 // 16) % 8  # 16-byte bank group of each row's chunk
+            assert sorted(banks.tolist()) == list(range(8)), (r0, chunk, banks)
 
 
 def test_swizzle_keeps_chunks_contiguous():
