@@ -118,7 +118,7 @@ def store(key: str, kernel) -> None:
     os.makedirs(tmp)
     try:
         shutil.copyfile(kernel._lib_path, os.path.join(tmp, "kernel.so"))
-        for name, text in (("device.cu", kernel.kernel_source), ("source.cu", kernel.source)):
+        for name, text in (("device.cu", kernel.kernel_source), ("host.cc", kernel.host_source)):
             with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
                 f.write(text)
         meta = kernel.describe()
@@ -148,7 +148,7 @@ def load(key: str):
         if _digest(lib) != meta["lib_sha256"]:
             raise ValueError("the library does not match its checksum")
         sources = []
-        for name in ("device.cu", "source.cu"):
+        for name in ("device.cu", "host.cc"):
             with open(os.path.join(final, name), encoding="utf-8") as f:
                 sources.append(f.read())
         return JITKernel.from_cache(meta, sources[0], sources[1], lib)

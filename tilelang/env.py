@@ -5,6 +5,7 @@ Each can be overridden by an environment variable:
   TL_CUTLASS_PATH    CUTLASS/CuTe include folder (default: the `nvidia-cutlass` wheel if installed,
                      else the copy bundled with apache-tvm under tvm/3rdparty/cutlass/include)
   CUDA_HOME          CUDA toolkit (default: the folder of `nvcc` on the PATH)
+  CXX                host C++ compiler for the launcher (default: g++, else c++)
   TILELANG_CACHE_DIR compiled kernels (default: ~/.tilelang/cache)
 """
 
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
+import subprocess
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -57,6 +60,29 @@ def nvcc_path() -> str:
             if os.path.exists(guess):
                 return guess
         raise RuntimeError("tilelang: nvcc not found; put it on the PATH or set CUDA_HOME")
+    return found
+
+
+@functools.cache
+def cuda_paths() -> tuple[str, str]:
+    """The CUDA toolkit's include and library folders, as nvcc itself finds them (it may be a
+    wrapper script, so its location alone does not tell)."""
+    out = subprocess.run(
+        [nvcc_path(), "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull], capture_output=True, text=True
+    ).stderr
+    top = re.search(r"^#\$ TOP=(.*)$", out, re.M)
+    target_dir = re.findall(r"^#\$ _TARGET_DIR_=(.+)$", out, re.M)
+    if not top:
+        raise RuntimeError(f"tilelang: cannot locate the CUDA toolkit from `{nvcc_path()} --dryrun`")
+    root = os.path.normpath(os.path.join(top.group(1).strip(), target_dir[-1].strip() if target_dir else ""))
+    return os.path.join(root, "include"), os.path.join(root, "lib")
+
+
+@functools.cache
+def host_compiler() -> str:
+    found = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if not found:
+        raise RuntimeError("tilelang: no host C++ compiler (g++ or c++) on the PATH; set CXX")
     return found
 
 

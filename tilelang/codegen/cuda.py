@@ -1,23 +1,29 @@
 """CUDA source for a lowered kernel, and its build into a loadable library.
 
-The source is one translation unit: the project's device header, the `__global__` kernels from TVM's
-CUDA codegen, and the C++ host launcher from TVM's `cuda_host` codegen (argument checks, launch on
-the stream torch is using, dynamic shared-memory limit raised past 48 KB). nvcc builds it into a
-shared library that `tvm_ffi.load_module` loads; calling it with torch tensors costs ~1 us of FFI.
+Two translation units, compiled in parallel:
+- the device unit: the project's device headers and the `__global__` kernels from TVM's CUDA
+  codegen, compiled by `nvcc -cubin` (device code only: no host pass over the CuTe headers);
+- the host unit: the C++ launcher from TVM's `cuda_host` codegen (argument checks, grid sizes,
+  launch on the stream torch is using, dynamic shared memory past 48 KB), compiled by the host
+  C++ compiler. Its kernel references go through `tl_templates/host/launch.h`, which loads the
+  cubin (linked into the library as bytes) with the CUDA runtime's library API.
+The linked shared library is loaded by `tvm_ffi.load_module`; a call costs ~1 us of FFI.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import hashlib
 import importlib
 import os
+import re
 import subprocess
 import tempfile
+import time
 
 import tvm_ffi
-from tvm.backend.cuda import export_cuda_host
 
 from tilelang import env
 from tilelang.utils.target import arch_of
@@ -61,16 +67,39 @@ def _device_module(lowered):
 
 
 def device_source(lowered) -> str:
-    """The device part only (what `kernel.get_kernel_source()` shows)."""
+    """The device unit (what `kernel.get_kernel_source()` shows)."""
     return _with_headers(_device_module(lowered).inspect_source("cuda"))
 
 
-def full_source(lowered) -> str:
-    """Kernels and host launcher in one translation unit."""
-    dev = _device_module(lowered)
-    host = _build_utils.codegen_build(lowered.host_mod, lowered.target.host)
-    host.import_module(dev)
-    return _with_headers(export_cuda_host(host))
+_KERNEL_DEF = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(([^)]*)\)\s*\{')
+
+
+def kernel_signatures(device_src: str) -> dict[str, list[str]]:
+    """The `__global__` functions of a device unit and their parameter types, pointers as `void*`
+    (the host passes every pointer as one; only sizes matter to a launch)."""
+    kernels = {}
+    for name, params in _KERNEL_DEF.findall(device_src):
+        types = []
+        for p in filter(None, (q.strip() for q in params.split(","))):
+            words = p.replace("__restrict__", "").replace("__grid_constant__", "").split()
+            decl = " ".join(words[:-1])
+            types.append("void*" if "*" in decl or "*" in words[-1] else decl)
+        kernels[name] = types
+    return kernels
+
+
+def host_source(lowered, device_src: str) -> str:
+    """The host unit: TVM's launcher, its kernel references bound to the cubin's kernels."""
+    code = _build_utils.codegen_build(lowered.host_mod, lowered.target.host).inspect_source()
+    lines = ['#include "tl_templates/host/launch.h"']
+    for name, types in kernel_signatures(device_src).items():
+        sig = f"tl_host::Kernel<void({', '.join(types)})>"
+        lines.append(f'static const {sig}& tl_kernel_{name}() {{ static const {sig} k("{name}"); return k; }}')
+        code = code.replace(f"tvm_cuda_host_launch(::{name},", f"tl_kernel_{name}().launch(")
+        code = code.replace(f"cudaFuncSetAttribute(::{name},", f"tl_kernel_{name}().set_attribute(")
+        if re.search(rf"::{name}\b", code):
+            raise RuntimeError(f"the host launcher uses kernel {name} in a way tilelang does not bind")
+    return "\n".join(lines) + "\n" + code
 
 
 @functools.cache
@@ -86,70 +115,140 @@ def gencode(arch: str) -> str:
 
 
 def nvcc_flags(target, fast_math: bool = False, extra=()) -> list[str]:
-    import tvm_ffi
-
-    ffi_dir = os.path.dirname(tvm_ffi.__file__)
+    """Flags for the device unit (`nvcc -cubin`)."""
     flags = [
         "-std=c++17",
         "-O3",
         gencode(arch_of(target)),
-        "-shared",
-        "-Xcompiler",
-        "-fPIC",
         "--expt-relaxed-constexpr",
         "-w",
         f"-I{env.template_path()}",
         f"-I{env.cutlass_include()}",
-        f"-I{os.path.join(ffi_dir, 'include')}",
-        f"-L{os.path.join(ffi_dir, 'lib')}",
-        "-ltvm_ffi",
     ]
     if fast_math:
         flags.append("--use_fast_math")
     return flags + list(extra)
 
 
+def host_flags() -> list[str]:
+    """Flags for the host unit (the host C++ compiler)."""
+    inc, _ = env.cuda_paths()
+    return [
+        "-std=c++17",
+        "-O2",
+        "-fPIC",
+        "-fvisibility=hidden",
+        "-w",
+        f"-I{env.template_path()}",
+        f"-I{inc}",
+        f"-I{_ffi_dir('include')}",
+    ]
+
+
+def _ffi_dir(sub: str) -> str:
+    return os.path.join(os.path.dirname(tvm_ffi.__file__), sub)
+
+
 class CompileError(RuntimeError):
-    """nvcc rejected the generated source (a compiler bug, or a template precondition)."""
+    """nvcc or the host compiler rejected the generated source (a compiler bug, or a template
+    precondition)."""
 
 
-def build_library(source: str, target, fast_math: bool = False, extra_flags=(), out_dir: str | None = None) -> str:
-    """nvcc `source` into a shared library; returns its path. Reuses a library built from the same
-    source and flags (keyed by their hash and the nvcc version)."""
-    flags = nvcc_flags(target, fast_math, extra_flags)
-    key = hashlib.sha256("\n".join([source, " ".join(flags), nvcc_version()]).encode()).hexdigest()[:32]
+# The cubin as bytes in the library: the assembler copies the file in, hidden so that several
+# loaded kernel libraries do not see each other's.
+_BLOB = """.section .rodata
+.global tl_cubin
+.hidden tl_cubin
+.balign 64
+tl_cubin:
+.incbin "{path}"
+.byte 0
+.section .note.GNU-stack,"",@progbits
+"""
+
+
+def _run_all(commands: list[list[str]], what: list[str], times: dict | None = None) -> None:
+    """Run the commands concurrently; raise CompileError with the first failure's output. Each
+    command's wall time goes to `times[what]`."""
+
+    def run(command):
+        start = time.perf_counter()
+        proc = subprocess.run(command, capture_output=True, text=True)
+        return proc, time.perf_counter() - start
+
+    with concurrent.futures.ThreadPoolExecutor(len(commands)) as pool:
+        results = list(pool.map(run, commands))
+    for (_, seconds), name in zip(results, what):
+        if times is not None:
+            times[name] = seconds
+    for (proc, _), name in zip(results, what):
+        if proc.returncode != 0:
+            raise CompileError(f"{name} failed:\n{proc.stderr[-6000:]}")
+
+
+def build_library(
+    device_src: str,
+    host_src: str,
+    target,
+    fast_math: bool = False,
+    extra_flags=(),
+    out_dir: str | None = None,
+    times: dict | None = None,
+) -> str:
+    """Compile both units (in parallel) and link them into a shared library; returns its path.
+    Reuses a library built from the same sources and flags (keyed by their hash and the nvcc
+    version)."""
+    dflags, hflags = nvcc_flags(target, fast_math, extra_flags), host_flags()
+    parts = [device_src, host_src, " ".join(dflags), " ".join(hflags), nvcc_version(), env.host_compiler()]
+    key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
     out_dir = out_dir or os.path.join(env.cache_dir(), "libs")
     os.makedirs(out_dir, exist_ok=True)
     lib = os.path.join(out_dir, f"{key}.so")
     if os.path.exists(lib):
         return lib
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-        cu = os.path.join(tmp, "kernel.cu")
-        with open(cu, "w") as f:
-            f.write(source)
+        cu, cc, cubin = (os.path.join(tmp, n) for n in ("device.cu", "host.cc", "device.cubin"))
+        for path, text in ((cu, device_src), (cc, host_src)):
+            with open(path, "w") as f:
+                f.write(text)
+        try:
+            _run_all(
+                [
+                    [env.nvcc_path(), *dflags, "-cubin", "-o", cubin, cu],
+                    [env.host_compiler(), *hflags, "-c", "-o", cc + ".o", cc],
+                ],
+                ["nvcc", "host c++"],
+                times,
+            )
+        except CompileError as err:
+            kept = os.path.join(out_dir, f"failed_{key}")
+            os.makedirs(kept, exist_ok=True)
+            for path in (cu, cc):
+                os.replace(path, os.path.join(kept, os.path.basename(path)))
+            raise CompileError(f"{err}\nsources kept in {kept}") from None
+        blob = os.path.join(tmp, "cubin.S")
+        with open(blob, "w") as f:
+            f.write(_BLOB.format(path=cubin))
+        _, libdir = env.cuda_paths()
         tmp_lib = os.path.join(tmp, "kernel.so")
-        proc = subprocess.run([env.nvcc_path(), *flags, "-o", tmp_lib, cu], capture_output=True, text=True)
-        if proc.returncode != 0:
-            kept = os.path.join(out_dir, f"failed_{key}.cu")
-            os.replace(cu, kept)
-            raise CompileError(f"nvcc failed ({arch_of(target)}):\n{proc.stderr[-6000:]}\nsource kept at {kept}")
+        link = [env.host_compiler(), "-shared", "-o", tmp_lib, cc + ".o", blob, f"-L{libdir}", "-lcudart_static"]
+        link += ["-ldl", "-lrt", "-lpthread", f"-L{_ffi_dir('lib')}", "-ltvm_ffi"]
+        _run_all([link], ["link"], times)
         os.replace(tmp_lib, lib)  # atomic: a concurrent reader sees the whole file or none
     return lib
 
 
-def compile_object(source: str, target, fast_math: bool = False) -> None:
-    """Compile `source` to device code only (no host link); for tests on machines without a GPU."""
-    flags = [
-        f
-        for f in nvcc_flags(target, fast_math)
-        if f not in ("-shared",) and not f.startswith("-l") and not f.startswith("-L")
-    ]
+def compile_object(device_src: str, target, fast_math: bool = False, host_src: str | None = None) -> None:
+    """Compile the units without linking (for tests on machines without a GPU)."""
     with tempfile.TemporaryDirectory() as tmp:
-        cu = os.path.join(tmp, "kernel.cu")
+        cu, cc = os.path.join(tmp, "device.cu"), os.path.join(tmp, "host.cc")
+        commands = [[env.nvcc_path(), *nvcc_flags(target, fast_math), "-cubin", "-o", cu + ".cubin", cu]]
+        what = [f"nvcc ({arch_of(target)})"]
         with open(cu, "w") as f:
-            f.write(source)
-        proc = subprocess.run(
-            [env.nvcc_path(), *flags, "-c", "-o", os.path.join(tmp, "k.o"), cu], capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            raise CompileError(f"nvcc failed ({arch_of(target)}):\n{proc.stderr[-6000:]}")
+            f.write(device_src)
+        if host_src is not None:
+            with open(cc, "w") as f:
+                f.write(host_src)
+            commands.append([env.host_compiler(), *host_flags(), "-c", "-o", cc + ".o", cc])
+            what.append("host compiler")
+        _run_all(commands, what)

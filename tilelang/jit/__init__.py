@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 
 from tilelang.jit.kernel import JITKernel
+from tilelang.log import timed
 
 
 def compile(func, out_idx=None, target="auto", pass_configs=None, execution_backend=None, verbose=False):  # noqa: A001
@@ -60,9 +61,16 @@ class _JITFactory:
                 hit = cache.load(disk_key)
                 if hit is not None:
                     return hit
-        func = self.factory(*args, **kwargs)
+        times = {}
+        with timed(times, "parse"):
+            func = self.factory(*args, **kwargs)
         kernel = JITKernel(
-            func, out_idx=self.out_idx, target=self.target, pass_configs=self.pass_configs, name=self.factory.__name__
+            func,
+            out_idx=self.out_idx,
+            target=self.target,
+            pass_configs=self.pass_configs,
+            name=self.factory.__name__,
+            times=times,
         )
         if disk_key is not None:
             kernel._on_built = lambda k: cache.store(disk_key, k)

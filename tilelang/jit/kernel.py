@@ -6,11 +6,10 @@ allocates the outputs named by `out_idx` and launches on torch's current stream.
 
 from __future__ import annotations
 
-import logging
+import time
 
 from tilelang.jit.params import diagnose, params_of
-
-logger = logging.getLogger("tilelang")
+from tilelang.log import report, timed
 
 
 def normalize_out_idx(out_idx, n_params: int) -> list[int]:
@@ -32,7 +31,7 @@ class JITKernel:
     returns the allocated outputs (one tensor, or a list when there are several).
     """
 
-    def __init__(self, func, out_idx=None, target=None, pass_configs=None, name: str | None = None):
+    def __init__(self, func, out_idx=None, target=None, pass_configs=None, name: str | None = None, times=None):
         from tilelang.codegen import cuda
         from tilelang.engine.pipeline import lower
         from tilelang.utils.target import determine_target
@@ -45,15 +44,19 @@ class JITKernel:
         self.params = params_of(func)
         self.out_idx = normalize_out_idx(out_idx, len(self.params))
         self._in_idx = [k for k in range(len(self.params)) if k not in self.out_idx]
-        lowered = lower(func, self.target, self.pass_configs, name=self.name)
-        self.kernel_source = cuda.device_source(lowered)
-        self.source = cuda.full_source(lowered)
+        # Seconds per compile phase (parse, passes, codegen, nvcc, host compiler, link, load).
+        self.compile_times = dict(times or {})
+        with timed(self.compile_times, "passes"):
+            lowered = lower(func, self.target, self.pass_configs, name=self.name)
+        with timed(self.compile_times, "codegen"):
+            self.kernel_source = cuda.device_source(lowered)
+            self.host_source = cuda.host_source(lowered, self.kernel_source)
         self._lib_path = None
         self._func = None
         self._on_built = None  # called once the library exists (the disk cache stores the kernel then)
 
     @classmethod
-    def from_cache(cls, meta: dict, kernel_source: str, source: str, lib_path: str) -> JITKernel:
+    def from_cache(cls, meta: dict, kernel_source: str, host_source: str, lib_path: str) -> JITKernel:
         """A kernel rebuilt from a cache entry: no tracing, no passes, no nvcc."""
         from tilelang.jit.params import Param
         from tilelang.utils.target import determine_target
@@ -66,8 +69,9 @@ class JITKernel:
         self.params = [Param(p["name"], tuple(p["shape"]), p["dtype"]) for p in meta["params"]]
         self.out_idx = list(meta["out_idx"])
         self._in_idx = [k for k in range(len(self.params)) if k not in self.out_idx]
-        self.kernel_source, self.source = kernel_source, source
+        self.kernel_source, self.host_source = kernel_source, host_source
         self._lib_path, self._func, self._on_built = lib_path, None, None
+        self.compile_times = {}
         return self
 
     def describe(self) -> dict:
@@ -89,13 +93,22 @@ class JITKernel:
 
             from tilelang.codegen import cuda
 
-            if self._lib_path is None:
+            built_here = self._lib_path is None
+            start = time.perf_counter()
+            if built_here:
                 fast_math = bool(self.pass_configs.get("tl.enable_fast_math", False))
-                self._lib_path = cuda.build_library(self.source, self.target, fast_math=fast_math)
+                self._lib_path = cuda.build_library(
+                    self.kernel_source, self.host_source, self.target, fast_math=fast_math, times=self.compile_times
+                )
                 if self._on_built is not None:
                     self._on_built(self)
-            self._module = tvm_ffi.load_module(self._lib_path)
-            self._func = self._module[self.name]
+            with timed(self.compile_times, "load"):
+                self._module = tvm_ffi.load_module(self._lib_path)
+                self._func = self._module[self.name]
+            if built_here:
+                front = sum(self.compile_times.get(k, 0.0) for k in ("parse", "passes", "codegen"))
+                self.compile_times["wall"] = front + time.perf_counter() - start
+                report(self.name, self.compile_times)
         return self._func
 
     def get_kernel_source(self) -> str:
@@ -103,8 +116,8 @@ class JITKernel:
         return self.kernel_source
 
     def get_host_source(self) -> str:
-        """The whole translation unit: kernels and host launcher."""
-        return self.source
+        """The C++ source of the host launcher."""
+        return self.host_source
 
     def __call__(self, *args):
         import torch

@@ -35,7 +35,7 @@ KERNELS = {
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_examples_compile_with_nvcc(name, arch):
     kernel = tilelang.compile(KERNELS[name](), out_idx=[-1], target=arch)
-    cuda.compile_object(kernel.get_host_source(), kernel.target)
+    cuda.compile_object(kernel.get_kernel_source(), kernel.target)
 
 
 def _body(src: str) -> str:
@@ -75,10 +75,10 @@ def _big_shared(rows):
 
 def test_dynamic_shared_memory_is_merged_and_limit_raised_past_48kb():
     k = tilelang.compile(_big_shared(128), target="sm_90a")  # 2 x 64 KiB of shared tiles
-    src = k.get_host_source()
+    src, host = k.get_kernel_source(), k.get_host_source()
     assert src.count("extern __shared__") == 1
-    assert "cudaFuncSetAttribute" in src and "MaxDynamicSharedMemorySize" in src
-    cuda.compile_object(src, k.target)
+    assert "tl_kernel_main_kernel().set_attribute( cudaFuncAttributeMaxDynamicSharedMemorySize" in host
+    cuda.compile_object(src, k.target, host_src=host)
 
 
 def test_two_kernels_launch_in_order():
@@ -92,7 +92,7 @@ def test_two_kernels_launch_in_order():
                 B[bx * 128 + i] = A[bx * 128 + i] * 2.0
 
     src = tilelang.compile(main, target="sm_80").get_host_source()
-    first, second = src.index("main_kernel, &cuda_config"), src.index("main_kernel_1, &cuda_config")
+    first, second = src.index("tl_kernel_main_kernel().launch("), src.index("tl_kernel_main_kernel_1().launch(")
     assert first < second
 
 
@@ -106,4 +106,29 @@ def test_narrow_dtypes_copy_compiles(dtype):
             T.copy(s, B[bx * 128, 0])
 
     k = tilelang.compile(main, target="sm_90a")
-    cuda.compile_object(k.get_host_source(), k.target)
+    cuda.compile_object(k.get_kernel_source(), k.target)
+
+
+def test_library_links_and_loads_without_a_gpu(tmp_path):
+    """Both units compile and link; the cubin is embedded (hidden) and the entry point loads. The
+    kernels themselves are loaded on the first call, so no GPU is needed up to here."""
+    import subprocess
+
+    import tvm_ffi
+
+    k = tilelang.compile(_big_shared(128), target="sm_90a")
+    lib = cuda.build_library(k.get_kernel_source(), k.get_host_source(), k.target, out_dir=str(tmp_path))
+    assert cuda.build_library(k.get_kernel_source(), k.get_host_source(), k.target, out_dir=str(tmp_path)) == lib
+    symbols = subprocess.run(["nm", lib], capture_output=True, text=True, check=True).stdout
+    assert " r tl_cubin" in symbols or " R tl_cubin" in symbols
+    # Only the entry points are exported: libraries loaded side by side must not share statics.
+    exported = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True).stdout
+    names = {line.split()[-1] for line in exported.splitlines() if line.strip()}
+    assert "__tvm_ffi_main" in names
+    assert not [n for n in names if "tl_" in n], names
+    assert tvm_ffi.load_module(lib)["main"] is not None
+
+
+def test_kernel_signatures_bind_pointer_and_scalar_parameters():
+    src = 'extern "C" __global__ void __launch_bounds__(128) k(half* __restrict__ A, int n, float s) {\n}'
+    assert cuda.kernel_signatures(src) == {"k": ["void*", "int", "float"]}

@@ -32,7 +32,7 @@ def test_kernel_knows_params_and_outputs():
     assert [p.name for p in k.params] == ["A", "B"]
     assert k.out_idx == [1]
     assert "__global__" in k.get_kernel_source() and "scale_kernel" in k.get_kernel_source()
-    assert "cudaLaunchKernelEx" in k.get_host_source()
+    assert "tl_kernel_scale_kernel().launch( &cuda_config" in k.get_host_source()
 
 
 def test_normalize_out_idx():

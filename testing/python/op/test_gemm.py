@@ -138,14 +138,14 @@ def test_shapes_must_chain():
 def test_gemm_compiles_with_nvcc(dtype, accum, arch):
     k = tilelang.compile(_gemm_kernel(64, 64, 64, dtype, accum, trans_b=True), target=arch)
     assert "tl::gemm_ss<64, 64, 64" in k.get_kernel_source()
-    cuda.compile_object(k.get_host_source(), k.target)
+    cuda.compile_object(k.get_kernel_source(), k.target)
 
 
 @pytest.mark.parametrize("kind", ["rs", "sr"])
 def test_register_operand_variants_compile(kind):
     k = tilelang.compile(_gemm_kernel(64, 64, 32, kind=kind), target="sm_80")
     assert f"tl::gemm_{kind}<" in k.get_kernel_source()
-    cuda.compile_object(k.get_host_source(), k.target)
+    cuda.compile_object(k.get_kernel_source(), k.target)
 
 
 @pytest.mark.parametrize("kind,policy", [("rs", 0), ("rs", 1), ("sr", 0), ("sr", 2)])
