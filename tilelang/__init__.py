@@ -21,3 +21,10 @@ from tilelang import language  # noqa: E402,F401
 # isort: split
 from tilelang import cache  # noqa: E402,F401
 from tilelang.jit import compile, jit  # noqa: E402,F401,A004
+from tilelang.transform.pass_config import PassConfigKey  # noqa: E402,F401
+
+# isort: split
+# Tuning, profiling and exported kernels, on top of the jit.
+from tilelang.autotuner import autotune  # noqa: E402,F401
+from tilelang.jit.exported import load_library  # noqa: E402,F401
+from tilelang.profiler import TensorSupplyType  # noqa: E402,F401

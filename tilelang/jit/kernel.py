@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from tilelang.jit.params import diagnose, params_of
+from tilelang.jit.params import bind_symbols, diagnose, params_of, resolve_shape
 from tilelang.log import report, timed
 
 
@@ -30,6 +30,12 @@ class JITKernel:
     `kernel(*inputs)` takes the parameters not in `out_idx`, allocates the others, launches, and
     returns the allocated outputs (one tensor, or a list when there are several).
     """
+
+    # Set on the kernel `@tilelang.autotune` returns: the chosen configuration (a dict of the
+    # factory's keyword arguments), its latency and the reference program's, in milliseconds.
+    config = None
+    latency = None
+    ref_latency = None
 
     def __init__(self, func, out_idx=None, target=None, pass_configs=None, name: str | None = None, times=None):
         from tilelang.codegen import cuda
@@ -66,7 +72,7 @@ class JITKernel:
         self.target = determine_target(meta["arch"])
         self.pass_configs = dict(meta["pass_configs"])
         self.name = meta["name"]
-        self.params = [Param(p["name"], tuple(p["shape"]), p["dtype"]) for p in meta["params"]]
+        self.params = [Param.from_json(p) for p in meta["params"]]
         self.out_idx = list(meta["out_idx"])
         self._in_idx = [k for k in range(len(self.params)) if k not in self.out_idx]
         self.kernel_source, self.host_source = kernel_source, host_source
@@ -82,7 +88,7 @@ class JITKernel:
             "name": self.name,
             "arch": arch_of(self.target),
             "pass_configs": {k: v for k, v in self.pass_configs.items() if isinstance(v, (bool, int, float, str))},
-            "params": [{"name": p.name, "shape": list(p.shape), "dtype": p.dtype} for p in self.params],
+            "params": [p.to_json() for p in self.params],
             "out_idx": self.out_idx,
         }
 
@@ -111,6 +117,23 @@ class JITKernel:
                 report(self.name, self.compile_times)
         return self._func
 
+    def get_profiler(self, tensor_supply_type=None):
+        """A `tilelang.profiler.Profiler` for this kernel: random inputs drawn per
+        `tensor_supply_type` (default `TensorSupplyType.Auto`), `assert_allclose`, `do_bench`."""
+        from tilelang.profiler import Profiler, TensorSupplyType
+
+        return Profiler(self, TensorSupplyType.Auto if tensor_supply_type is None else tensor_supply_type)
+
+    def export_library(self, path: str) -> None:
+        """Write the built library to `path` and its metadata to `<path>.json`; load it elsewhere with
+        `tilelang.load_library(path)`, which needs only torch and tvm_ffi. Builds first if needed."""
+        from tilelang.jit.exported import write_library
+
+        self._ensure_built()
+        meta = self.describe()
+        del meta["pass_configs"]  # how it was compiled; nothing a caller of the library needs
+        write_library(path, self._lib_path, meta)
+
     def get_kernel_source(self) -> str:
         """The CUDA source of the device kernels."""
         return self.kernel_source
@@ -137,17 +160,26 @@ class JITKernel:
             from tilelang.jit.params import check_argument
 
             check_argument(self.params[self._in_idx[0]], args[0], self._in_idx[0], self.name)
+        bindings = None
+        if self._has_symbols():  # dynamic dimensions: their sizes come from the inputs
+            bindings = bind_symbols([self.params[k] for k in self._in_idx], args, self.name)
         full, it = [], iter(args)
         outs = []
         for k, p in enumerate(self.params):
             if k in self.out_idx:
-                t = torch.empty(p.shape, dtype=_torch_dtype(p.dtype), device=device)
+                shape = p.shape if bindings is None else resolve_shape(p, bindings)
+                t = torch.empty(shape, dtype=_torch_dtype(p.dtype), device=device)
                 outs.append(t)
                 full.append(t)
             else:
                 full.append(next(it))
         self._launch(fn, full)
         return outs[0] if len(outs) == 1 else outs
+
+    def _has_symbols(self) -> bool:
+        if getattr(self, "_symbols", None) is None:
+            self._symbols = any(isinstance(d, str) for p in self.params for d in p.shape)
+        return self._symbols
 
     def _launch(self, fn, args):
         try:

@@ -3,33 +3,133 @@
 The host launcher already checks every tensor (dtype, rank, shape, strides, device) at no Python
 cost. When it rejects a call, `diagnose` re-checks the arguments in Python to say, in the user's
 terms, which parameter is wrong, what was expected and what came.
+
+A dimension of a parameter is an int, or, for a dynamic dimension (`T.dynamic("m")`), a string: the
+symbol's name ("m") or an expression of symbols ("m * 2"). Strings survive the JSON of the disk
+cache unchanged. At call time `bind_symbols` reads each symbol's size from the tensors that have it
+as a whole dimension (and checks that they agree); `resolve_shape` then gives the concrete shape of
+an output to allocate.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import operator
 from dataclasses import dataclass
+
+# The largest size a symbol of each dtype holds (the launcher reads sizes into variables of that type).
+_SYMBOL_MAX = {"int32": 2**31 - 1, "int64": 2**63 - 1}
 
 
 @dataclass(frozen=True)
 class Param:
-    """One kernel parameter: a tensor of fixed shape and dtype."""
+    """One kernel parameter: a tensor of a dtype and a shape whose dimensions may be symbolic."""
 
     name: str
-    shape: tuple  # ints
+    shape: tuple  # per dimension: int, or str (a symbol's name, or an expression of symbols)
     dtype: str
+    symbols: tuple = ()  # ((symbol name, dtype), ...) of the symbols in `shape`; () if not recorded
 
     def describe(self) -> str:
-        return f"a CUDA tensor of shape {list(self.shape)} and dtype {self.dtype}"
+        return f"a CUDA tensor of shape {format_shape(self.shape)} and dtype {self.dtype}"
+
+    @functools.cached_property
+    def symbol_dims(self) -> tuple:
+        """((dimension, symbol name), ...) of the dimensions that are a whole symbol."""
+        return tuple((d, s) for d, s in enumerate(self.shape) if isinstance(s, str) and s.isidentifier())
+
+    @functools.cached_property
+    def expression_dims(self) -> tuple:
+        """((dimension, expression), ...) of the dimensions computed from symbols."""
+        return tuple((d, s) for d, s in enumerate(self.shape) if isinstance(s, str) and not s.isidentifier())
+
+    @functools.cached_property
+    def is_static(self) -> bool:
+        return all(isinstance(s, int) for s in self.shape)
+
+    def to_json(self) -> dict:
+        """The parameter for a disk-cache entry (JSON-serializable)."""
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "symbols": dict(self.symbols)}
+
+    @staticmethod
+    def from_json(data: dict) -> Param:
+        return Param(data["name"], tuple(data["shape"]), data["dtype"], tuple(data.get("symbols", {}).items()))
+
+
+def format_shape(shape) -> str:
+    """`[m, 64]`: a shape as the user wrote it (symbols unquoted)."""
+    return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
 def params_of(func) -> list[Param]:
     from tilelang.language.dtypes import canonical
+    from tilelang.language.symbolics import dim_text
 
     out = []
     for p in func.params:
-        shape = tuple(int(s) for s in p.shape)
-        out.append(Param(p.name, shape, canonical(str(p.dtype))))
+        shape = tuple(dim_text(s) for s in p.shape)
+        symbols = {}
+        for dim in p.shape:
+            if not isinstance(dim, int):
+                for v in _symbols_in(dim):
+                    symbols[v.name] = str(v.ty.dtype)
+        out.append(Param(p.name, shape, canonical(str(p.dtype)), tuple(symbols.items())))
     return out
+
+
+def _symbols_in(expr) -> list:
+    import tvm_ffi
+    from tvm import ir, tirx
+
+    found = []
+    tvm_ffi.structural_walk(expr, [(ir.Var, found.append)])
+    return [v for v in found if not tirx.is_buffer_var(v)]
+
+
+# ---- evaluating dimensions -------------------------------------------------------------------------
+
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+_CALLS = {"min": min, "max": max}
+
+
+@functools.cache
+def _parse(expression: str):
+    return ast.parse(expression, mode="eval").body
+
+
+def evaluate_dim(dim, bindings: dict) -> int:
+    """The size of dimension `dim` (int, symbol or expression) given symbol sizes `bindings`.
+
+    Raises KeyError naming the first symbol that `bindings` lacks. Only integer arithmetic
+    (+ - * // % min max) is evaluated, so a corrupt cache entry cannot run code.
+    """
+    if isinstance(dim, int):
+        return dim
+    return _eval(_parse(dim), bindings)
+
+
+def _eval(node, bindings):
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.Name):
+        return bindings[node.id]
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        return _BINARY[type(node.op)](_eval(node.left, bindings), _eval(node.right, bindings))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_eval(node.operand, bindings)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS:
+        return _CALLS[node.func.id](*(_eval(a, bindings) for a in node.args))
+    raise ValueError(f"unsupported dimension expression: {ast.unparse(node)}")
+
+
+# ---- checks of a call ----------------------------------------------------------------------------
 
 
 def _describe_arg(arg) -> str:
@@ -45,36 +145,142 @@ def _describe_arg(arg) -> str:
     return f"{type(arg).__name__} {arg!r}"[:200]
 
 
-def check_argument(param: Param, arg, position: int, kernel_name: str) -> None:
-    """Raise ValueError if `arg` cannot be passed as `param`."""
-    import torch
+def _where(param: Param, position: int, kernel_name: str) -> str:
+    return f"{kernel_name}: parameter '{param.name}' (argument #{position})"
 
+
+def _problems(param: Param, arg, device: bool = True) -> list[str]:
+    """What is wrong with `arg` as `param`, on its own (symbols shared with others are not checked)."""
     from tilelang.language.dtypes import canonical
 
-    where = f"{kernel_name}: parameter '{param.name}' (argument #{position})"
-    if not isinstance(arg, torch.Tensor):
-        raise ValueError(f"{where} expects {param.describe()}, got {_describe_arg(arg)}")
     problems = []
     got_dtype = canonical(arg.dtype)
     if got_dtype != param.dtype:
         problems.append(f"dtype {got_dtype} instead of {param.dtype}")
     if arg.dim() != len(param.shape):
         problems.append(f"{arg.dim()} dimensions instead of {len(param.shape)}")
-    elif tuple(arg.shape) != param.shape:
-        problems.append(f"shape {list(arg.shape)} instead of {list(param.shape)}")
-    if arg.device.type != "cuda":
+    elif any(isinstance(want, int) and want != got for want, got in zip(param.shape, arg.shape)):
+        problems.append(f"shape {list(arg.shape)} instead of {format_shape(param.shape)}")
+    if device and arg.device.type != "cuda":
         problems.append(f"device {arg.device} instead of a CUDA device")
     if not arg.is_contiguous():
         problems.append("a non-contiguous layout (call .contiguous() first)")
+    return problems
+
+
+def check_argument(param: Param, arg, position: int, kernel_name: str, device: bool = True) -> None:
+    """Raise ValueError if `arg` cannot be passed as `param` (its dynamic dimensions may be any
+    size here; `bind_symbols` checks that tensors sharing a symbol agree)."""
+    import torch
+
+    where = _where(param, position, kernel_name)
+    if not isinstance(arg, torch.Tensor):
+        raise ValueError(f"{where} expects {param.describe()}, got {_describe_arg(arg)}")
+    problems = _problems(param, arg, device)
     if problems:
         raise ValueError(f"{where} expects {param.describe()}, got {_describe_arg(arg)}: " + "; ".join(problems))
 
 
+def bind_symbols(params: list[Param], args, kernel_name: str = "kernel") -> dict[str, int]:
+    """The size of each symbol, read from the arguments that have it as a whole dimension.
+
+    `args` lines up with `params`; an argument may be None (an output not given yet). Raises
+    ValueError when two tensors sharing a symbol disagree (naming both parameters, the symbol and
+    the two sizes), when a size does not fit the symbol's dtype, or when a dimension computed from
+    symbols ("m * 2") does not match. Costs nothing for parameters without symbols.
+    """
+    values, sources, computed = {}, {}, []
+    for k, (param, arg) in enumerate(zip(params, args)):
+        if param.is_static or arg is None:
+            continue
+        shape = _shape_of(param, arg, k, kernel_name)
+        for d, name in param.symbol_dims:
+            size = int(shape[d])
+            if name not in values:
+                _check_fits(param, d, name, size, k, kernel_name)
+                values[name], sources[name] = size, (param, d, k, shape)
+            elif values[name] != size:
+                raise ValueError(_disagreement(name, sources[name], (param, d, k, shape), kernel_name))
+        if param.expression_dims:
+            computed.append((k, param, shape))
+    for k, param, shape in computed:  # once every symbol is known
+        for d, expression in param.expression_dims:
+            try:
+                want = evaluate_dim(expression, values)
+            except KeyError:
+                continue  # a symbol no argument gave (the launcher reports it)
+            if int(shape[d]) != want:
+                given = ", ".join(f"{n} = {values[n]}" for n in _names(expression))
+                raise ValueError(
+                    f"{_where(param, k, kernel_name)} has size {int(shape[d])} in dimension {d} "
+                    f"(shape {list(shape)}), but that dimension is {expression} = {want} with {given}"
+                )
+    return values
+
+
+def _shape_of(param, arg, position, kernel_name):
+    """The shape of `arg`, which has `param`'s rank; otherwise check_argument raises the full story."""
+    shape = getattr(arg, "shape", None)
+    if shape is None or len(shape) != len(param.shape):
+        check_argument(param, arg, position, kernel_name)
+    return shape
+
+
+def _names(expression: str) -> list[str]:
+    return sorted({n.id for n in ast.walk(_parse(expression)) if isinstance(n, ast.Name) and n.id not in _CALLS})
+
+
+def _check_fits(param, d, name, size, position, kernel_name):
+    if size <= _SYMBOL_MAX["int32"]:
+        return  # fits any symbol
+    dtype = dict(param.symbols).get(name)
+    if dtype in _SYMBOL_MAX and size > _SYMBOL_MAX[dtype]:
+        raise ValueError(
+            f"{_where(param, position, kernel_name)} has size {size} in dimension {d}, which is symbol "
+            f"'{name}' of dtype {dtype}; sizes of 2**31 or more need T.dynamic('{name}', 'int64')"
+        )
+
+
+def _disagreement(name, first, second, kernel_name) -> str:
+    (p1, d1, k1, s1), (p2, d2, k2, s2) = first, second
+    return (
+        f"{kernel_name}: parameters '{p1.name}' and '{p2.name}' share the dynamic dimension '{name}', but "
+        f"'{p1.name}' (argument #{k1}, shape {list(s1)}) has {name} = {int(s1[d1])} in dimension {d1} and "
+        f"'{p2.name}' (argument #{k2}, shape {list(s2)}) has {name} = {int(s2[d2])} in dimension {d2}; "
+        f"tensors sharing a symbol must have the same size there"
+    )
+
+
+def resolve_shape(param: Param, bindings: dict) -> tuple:
+    """The concrete shape of `param` (an output to allocate) given the symbol sizes `bindings`.
+
+    Raises ValueError when a symbol of its shape is not in `bindings` (no input tensor has it).
+    """
+    if param.is_static:
+        return param.shape
+    try:
+        return tuple(evaluate_dim(dim, bindings) for dim in param.shape)
+    except KeyError as missing:
+        name = missing.args[0]
+        raise ValueError(
+            f"cannot allocate output '{param.name}' of shape {format_shape(param.shape)}: no input tensor has "
+            f"the dynamic dimension '{name}', so its size is unknown; pass '{param.name}' as an input "
+            f"(leave it out of out_idx)"
+        ) from None
+
+
 def diagnose(params: list[Param], args, kernel_name: str) -> None:
-    """Raise the first user-facing ValueError about `args`; return if all of them look right."""
+    """Raise the first user-facing ValueError about `args`; return if all of them look right.
+
+    Order: each tensor on its own (type, dtype, rank, fixed dimensions, layout), then the dynamic
+    dimensions the tensors share, then where they live.
+    """
     if len(args) != len(params):
         names = ", ".join(p.name for p in params)
         raise ValueError(f"{kernel_name} takes {len(params)} tensors ({names}), got {len(args)}")
+    for k, (param, arg) in enumerate(zip(params, args)):
+        check_argument(param, arg, k, kernel_name, device=False)
+    bind_symbols(params, args, kernel_name)
     devices = set()
     for k, (param, arg) in enumerate(zip(params, args)):
         check_argument(param, arg, k, kernel_name)

@@ -32,6 +32,7 @@ from tvm.script.tirx import (  # noqa: F401
     log,
     log2,
     log10,
+    macro,
     max,
     min,
     nearbyint,
@@ -48,7 +49,17 @@ from tvm.script.tirx import (  # noqa: F401
     truncmod,
 )
 
-from tilelang.language.allocate import Buffer, Tensor, alloc_fragment, alloc_local, alloc_shared, alloc_var  # noqa: F401
+from tilelang.language.allocate import (  # noqa: F401
+    Buffer,
+    FragmentBuffer,
+    LocalBuffer,
+    SharedBuffer,
+    Tensor,
+    alloc_fragment,
+    alloc_local,
+    alloc_shared,
+    alloc_var,
+)
 from tilelang.language.annotations import annotate_layout, use_swizzle  # noqa: F401
 from tilelang.language.dtypes import (  # noqa: F401
     bfloat16,
@@ -78,6 +89,7 @@ from tilelang.language.kernel import (  # noqa: F401
 from tilelang.language.loops import Parallel, Pipelined, Serial, Unroll, Vectorized, serial, unroll, vectorized  # noqa: F401
 from tilelang.language.math import Cast, cast, infinity, max_value, min_value  # noqa: F401
 from tilelang.language.prim_func import prim_func  # noqa: F401
+from tilelang.language.symbolics import dynamic, symbolic  # noqa: F401
 from tilelang.op.atomic import atomic_add  # noqa: F401
 from tilelang.op.copy import copy  # noqa: F401
 from tilelang.op.cumsum import cumsum  # noqa: F401

@@ -7,6 +7,7 @@ Scopes in the IR: `shared.dyn` (merged into one dynamic shared-memory block per 
 
 from __future__ import annotations
 
+from tvm import tirx
 from tvm.script import tirx as _script
 from tvm.script.ir_builder import tirx as _tb
 
@@ -26,12 +27,32 @@ def _shape(shape, what):
     return dims
 
 
+def _tile_shape(shape, what):
+    """A tile's shape: positive compile-time constants (tiles live in shared memory or registers,
+    whose size is fixed when the kernel is compiled)."""
+    dims = _shape(shape, what)
+    for d in dims:
+        if not isinstance(d, int) and not isinstance(d, tirx.IntImm):
+            raise UserError(
+                f"{what}: a tile's shape must be known at compile time, but dimension {d} of "
+                f"{_fmt(dims)} is not a constant; tile a dynamic dimension with a fixed block size "
+                f"(e.g. T.alloc_shared((block_M, block_K), ...) with T.Kernel(T.ceildiv(M, block_M), ...))"
+            )
+        if isinstance(d, tirx.IntImm) and d.value <= 0:
+            raise UserError(f"{what}: every dimension must be positive, got shape {_fmt(dims)}")
+    return dims
+
+
+def _fmt(dims) -> str:
+    return "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
+
+
 def alloc_shared(shape, dtype, scope=SHARED):
     """A tile in shared memory, visible to every thread of the block.
 
     Example: A_shared = T.alloc_shared((128, 32), "float16")
     """
-    return _tb.alloc_buffer(_shape(shape, "T.alloc_shared"), canonical(dtype), scope=scope)
+    return _tb.alloc_buffer(_tile_shape(shape, "T.alloc_shared"), canonical(dtype), scope=scope)
 
 
 def alloc_fragment(shape, dtype):
@@ -39,7 +60,7 @@ def alloc_fragment(shape, dtype):
 
     Example: C_local = T.alloc_fragment((128, 128), "float32")
     """
-    return _tb.alloc_buffer(_shape(shape, "T.alloc_fragment"), canonical(dtype), scope=FRAGMENT)
+    return _tb.alloc_buffer(_tile_shape(shape, "T.alloc_fragment"), canonical(dtype), scope=FRAGMENT)
 
 
 def alloc_local(shape, dtype):
@@ -47,7 +68,7 @@ def alloc_local(shape, dtype):
 
     Example: acc = T.alloc_local((8,), "float32")
     """
-    return _tb.alloc_buffer(_shape(shape, "T.alloc_local"), canonical(dtype), scope=LOCAL)
+    return _tb.alloc_buffer(_tile_shape(shape, "T.alloc_local"), canonical(dtype), scope=LOCAL)
 
 
 def alloc_var(dtype, init=None):
@@ -73,3 +94,13 @@ def Tensor(shape, dtype="float32"):
 
 
 Buffer = Tensor
+
+
+def SharedBuffer(shape, dtype="float32"):
+    """The annotation of a `T.macro` parameter that is a shared tile (documentation only: a macro
+    is expanded where it is called, with the caller's buffers)."""
+    return Tensor(shape, dtype)
+
+
+FragmentBuffer = SharedBuffer  # likewise, for a fragment parameter
+LocalBuffer = SharedBuffer  # likewise, for a local buffer parameter

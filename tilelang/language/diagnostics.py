@@ -32,6 +32,21 @@ def describe_span(span) -> str:
     return f"{where}\n   | {text.strip()}" if text else where
 
 
+def describe_function(fn) -> str:
+    """'file:line' and the `def` line of a Python function (for errors about a kernel's signature)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return ""
+    line = code.co_firstlineno  # the first decorator's line; the signature follows the decorators
+    for k in range(line, line + 50):
+        text = linecache.getline(code.co_filename, k)
+        if not text:
+            break
+        if text.lstrip().startswith(("def ", "async def ")):
+            return f"  --> {code.co_filename}:{k}\n   | {text.strip()}"
+    return f"  --> {code.co_filename}:{line}"
+
+
 def at_span(message: str, *spans) -> UserError:
     """A UserError whose message ends with the source location of each given IR span."""
     locations = [d for d in (describe_span(s) for s in spans) if d]

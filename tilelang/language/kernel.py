@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import numbers
 
+from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as _tb
 
@@ -59,6 +61,9 @@ def Kernel(*grid, threads=128, prelude=None):
             block_vars.append(stack.enter_context(_tb.launch_thread(tag, _as_extent(extent, "a grid extent"))))
         thread_vars = []
         for tag, extent, name in zip(_THREAD_TAGS, thread_dims, ("tx", "ty", "tz")):
+            if not isinstance(extent, (numbers.Integral, tirx.IntImm)):
+                # Layouts spread tiles over the block's threads when the kernel is compiled.
+                raise UserError(f"T.Kernel: `threads` must be constant integers, got {threads!r}")
             var = stack.enter_context(_tb.launch_thread(tag, _as_extent(extent, "`threads`")))
             IRBuilder.name(name, var)
             thread_vars.append(var)

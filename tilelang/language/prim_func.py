@@ -21,8 +21,8 @@ from tvm.error import DiagnosticError
 from tvm.script import tirx as _script
 
 from tilelang.language import annotations as annotations_mod
-from tilelang.language import loops
-from tilelang.language.diagnostics import UserError
+from tilelang.language import loops, symbolics
+from tilelang.language.diagnostics import UserError, describe_function
 
 
 def prim_func(func=None, *, private=False, check_well_formed=True):
@@ -44,12 +44,13 @@ def prim_func(func=None, *, private=False, check_well_formed=True):
             parsed = _script.prim_func(func, private=private, check_well_formed=check_well_formed)
         except DiagnosticError as err:
             # TVM's excepthook prints only a hint for its DiagnosticError, not the message.
-            raise UserError(str(err).strip()) from None
+            raise UserError(symbolics.explain_undefined(str(err).strip())) from None
         parallel = dict(loops.parallel_loop_vars)
         layouts = dict(annotations_mod.annotated_layouts)
     finally:
         loops.parallel_loop_vars.clear()
         annotations_mod.annotated_layouts.clear()
+    symbolics.check_symbols(parsed, describe_function(func))
     body = mark_parallel_loops(parsed.body, parallel)
     body = bind_single_store_scalars(body)
     parsed = parsed.with_body(body)

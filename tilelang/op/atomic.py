@@ -56,7 +56,7 @@ def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False):
     if dst_region.buffer.scope() in ("local", "local.fragment"):
         raise UserError(f"T.atomic_add: the destination '{dst_region.name}' must be in global or shared memory")
     s_tile, d_tile = src_region.nonunit_extents(), dst_region.nonunit_extents()
-    if [int(x) for x in s_tile] != [int(x) for x in d_tile]:
+    if len(s_tile) != len(d_tile) or not all(base.same_extent(a, b) for a, b in zip(s_tile, d_tile)):
         raise UserError(
             f"T.atomic_add: the value {src_region.describe()} and the destination "
             f"{dst_region.describe()} are tiles of different shapes"

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
-from tvm import ir, tirx
+from tvm import ir, sym, tirx
 
 from tilelang.language.diagnostics import UserError
+from tilelang.utils.ir import const_int
 
 _REGISTERED: set[str] = set()
 
@@ -75,6 +76,13 @@ class Region:
     def describe(self) -> str:
         dims = ", ".join(_fmt_range(s, e) for s, e in zip(self.starts, self.extents))
         return f"{self.name}[{dims}]"
+
+
+def same_extent(a, b) -> bool:
+    """Whether two tile extents are equal: as constants, or provably (dynamic extents such as `m`)."""
+    if const_int(a) is not None and const_int(b) is not None:
+        return const_int(a) == const_int(b)
+    return sym.Analyzer().can_prove_equal(a, b)
 
 
 def _fmt_range(start, extent) -> str:

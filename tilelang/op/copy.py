@@ -22,15 +22,6 @@ NAME = "copy"
 ASYNC_COPY = "tl.async_copy"  # loop annotation: lower the vectorized stores to cp.async
 
 
-def _same_extent(a, b) -> bool:
-    ca, cb = const_int(a), const_int(b)
-    if ca is not None and cb is not None:
-        return ca == cb
-    from tvm import sym
-
-    return sym.Analyzer().can_prove_equal(a, b)
-
-
 def copy(src, dst, *, coalesced_width=None, disable_tma=False, eviction_policy=None, annotations=None):
     """Copy the tile `src` into `dst`, converting the dtype if they differ.
 
@@ -47,7 +38,7 @@ def copy(src, dst, *, coalesced_width=None, disable_tma=False, eviction_policy=N
     """
     s, d = base.to_region_pair(src, dst, "T.copy")
     s_tile, d_tile = s.nonunit_extents(), d.nonunit_extents()
-    if len(s_tile) != len(d_tile) or not all(_same_extent(a, b) for a, b in zip(s_tile, d_tile)):
+    if len(s_tile) != len(d_tile) or not all(base.same_extent(a, b) for a, b in zip(s_tile, d_tile)):
         raise UserError(
             f"T.copy: the source {s.describe()} is a tile of shape {_fmt(s_tile)} but the destination "
             f"{d.describe()} is a tile of shape {_fmt(d_tile)}; the shapes (without unit dimensions) must match"

@@ -17,8 +17,9 @@ def build_parallel_nest(region, body_fn, span=None) -> tirx.Stmt:
     for start, extent in zip(region.starts, region.extents):
         if is_one(extent):
             indices.append(start)
-        else:
-            v = tirx.Var(f"i{len(loop_vars)}", "int32")
+        else:  # a dynamic int64 extent (T.dynamic("m", "int64")) needs an int64 loop variable
+            dtype = "int64" if str(extent.ty.dtype) == "int64" else "int32"
+            v = tirx.Var(f"i{len(loop_vars)}", dtype)
             loop_vars.append((v, extent))
             indices.append(v if is_zero(start) else start + v)
     stmt = body_fn(indices, [v for v, _ in loop_vars])

@@ -10,6 +10,9 @@ Layout rules (used by `transform/infer_layout.py`):
 Lowering: a thread visits the iterations it owns by inverting the loop layout: register index r
 runs over the thread's iterations, `inverse(thread, r)` gives the logical iteration. The innermost
 `vector_size` registers become one vectorized loop.
+
+A loop over a dynamic extent (`T.Parallel(m)`, `T.dynamic`) has no layout: it runs in rounds over
+the threads, iteration e on thread e % threads (`lower_dynamic`), and may not touch fragments.
 """
 
 from __future__ import annotations
@@ -51,6 +54,12 @@ class LoopNode:
         tvm_ffi.structural_walk(self.body, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store)])
 
     @property
+    def is_dynamic(self) -> bool:
+        """Whether an extent is known only at run time (a `T.dynamic` size): such a loop runs in
+        rounds over the threads (`lower_dynamic`) and may not touch fragments."""
+        return any(not isinstance(e, tirx.IntImm) for e in self.extents)
+
+    @property
     def shape(self):
         return tuple(int(e) for e in self.extents)
 
@@ -63,7 +72,7 @@ class LoopNode:
         return seen
 
     def describe(self) -> str:
-        return f"T.Parallel loop of shape {list(self.shape)}"
+        return f"T.Parallel loop of shape [{', '.join(str(e) for e in self.extents)}]"
 
 
 def _is_identity(indices, node) -> bool:
@@ -227,6 +236,33 @@ def lower(loop, layout: fl.Fragment, ctx) -> tirx.Stmt:
     return tirx.For(
         outer, tirx.const(0, "int32"), tirx.const(extent, "int32"), tirx.ForKind.SERIAL, body, span=loop.span
     )
+
+
+def lower_dynamic(loop, ctx) -> tirx.Stmt:
+    """The per-thread loop of a T.Parallel nest with a dynamic extent: iteration e (row-major over
+    the nest) runs on thread e % threads, in round e // threads; the last round is predicated."""
+    loop_vars, extents, body = split_parallel_nest(loop)
+    total = extents[0]
+    for e in extents[1:]:
+        total = total * e
+    dtype = str(total.ty.dtype)
+    r = tirx.Var("r", dtype)
+    thread = ctx.thread if str(ctx.thread.ty.dtype) == dtype else tirx.Cast(dtype, ctx.thread)
+    flat = r * tirx.const(ctx.num_threads, dtype) + thread
+    # Sizes are never negative: a dynamic extent divides with C's `/` and `%` (truncdiv), which
+    # need no sign fix-ups; the outermost coordinate needs no `%` (flat < total bounds it).
+    coords, rest = [], flat
+    for e in reversed(extents[1:]):
+        div, mod = (tirx.floordiv, tirx.floormod) if isinstance(e, tirx.IntImm) else (tirx.truncdiv, tirx.truncmod)
+        coords.append(mod(rest, e))
+        rest = div(rest, e)
+    coords.append(rest)
+    mapping = {}
+    for v, c in zip(loop_vars, reversed(coords)):
+        mapping[v] = c if str(c.ty.dtype) == str(v.ty.dtype) else tirx.Cast(str(v.ty.dtype), c)
+    body = tirx.IfThenElse(flat < total, ctx.remap(fl.substitute(body, mapping)), None)
+    rounds = tirx.floordiv(total + (ctx.num_threads - 1), ctx.num_threads)
+    return tirx.For(r, tirx.const(0, dtype), rounds, tirx.ForKind.SERIAL, body, span=loop.span)
 
 
 def _async_copy(body, lane, vec):

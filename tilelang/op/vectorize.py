@@ -74,6 +74,13 @@ def _free_of(expr, var) -> bool:
     return not any(v.same_as(var) for v in found)
 
 
+def _value_casts(body) -> list:
+    """Casts of loaded values (the data a vector carries in registers). Casts of indices, such as
+    the int64 casts a dynamic int64 dimension brings into every address, read no memory and are
+    left out: they do not widen the vector's registers."""
+    return [c for c in collect(body, tirx.Cast) if collect(c.value, ir.TensorLoad)]
+
+
 def plan_vector_size(loop_vars, extents, body, analyzer, limit: int = 0) -> int:
     """The largest legal vector width (elements) for the innermost of `loop_vars`."""
     var = loop_vars[-1]
@@ -88,7 +95,7 @@ def plan_vector_size(loop_vars, extents, body, analyzer, limit: int = 0) -> int:
     # may take two registers' worth, 256 bits.
     widths = [MAX_VECTOR_BITS // tirx_bits(b) for b, _ in memory]
     widths += [2 * MAX_VECTOR_BITS // tirx_bits(b) for b, _ in accesses]
-    widths += [2 * MAX_VECTOR_BITS // DataType(str(c.ty.dtype)).bits for c in collect(body, tirx.Cast)]
+    widths += [2 * MAX_VECTOR_BITS // DataType(str(c.ty.dtype)).bits for c in _value_casts(body)]
     widths = widths or [1]
     vec = min(min(widths), limit) if limit else min(widths)
     conds = [s.condition for s in collect(body, tirx.IfThenElse)]

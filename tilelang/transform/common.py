@@ -7,6 +7,7 @@ recognising kernels (`thread_extent` attributes), binding loop/thread/let variab
 
 from __future__ import annotations
 
+import tvm
 import tvm_ffi
 from tvm import ir, sym, tirx
 
@@ -28,17 +29,33 @@ class Scope:
     def __init__(self):
         self.analyzer = sym.Analyzer()
         self.threads: dict[str, tuple] = {}  # thread tag -> (var, extent)
+        # Loop variable -> its values as a symbolic interval, for bounds the analyzer's constant
+        # reasoning misses (`m - 1 - i >= 0` for i in [0, m)): see `provably`.
+        self.domains: dict = {}
 
     def enter(self, stmt):
         """Record the facts that `stmt` makes true for its body."""
         if isinstance(stmt, tirx.For):
             self.analyzer.bind(stmt.loop_var, ir.Range.from_min_extent(stmt.min, stmt.extent))
+            self.domains[stmt.loop_var] = sym.IntervalSet(stmt.min, stmt.min + stmt.extent - 1)
         elif is_thread_extent(stmt):
             iv = stmt.node
             self.analyzer.bind(iv.var, ir.Range.from_min_extent(0, stmt.value))
             self.threads[iv.thread_tag] = (iv.var, stmt.value)
         elif isinstance(stmt, tirx.Bind):
             self.analyzer.bind(stmt.var, stmt.value)
+
+    def provably(self, lower, expr, upper) -> bool:
+        """Whether `lower <= expr < upper` holds (either bound may be None), given the scope's facts."""
+        ana = self.analyzer
+        if (lower is None or ana.can_prove(expr >= lower)) and (upper is None or ana.can_prove(expr < upper)):
+            return True
+        if not self.domains:
+            return False
+        span = ana.int_set(expr, self.domains)  # symbolic: [m - 1 - (m - 1), m - 1] for m - 1 - i
+        return (lower is None or ana.can_prove(span.min_value >= lower)) and (
+            upper is None or ana.can_prove(span.max_value < upper)
+        )
 
     def leave(self, stmt, saved):
         """Undo what `enter` recorded that holds only inside `stmt` (the threads of a kernel)."""
@@ -54,6 +71,19 @@ class Scope:
                 index = index * extent + var
                 count *= int(extent)
         return index, count
+
+
+def assume_sizes_nonnegative(analyzer, func) -> None:
+    """Tell `analyzer` that the dynamic dimensions of `func`'s tensors (`T.dynamic` symbols) are
+    sizes: at least 0 and at most what their dtype holds."""
+    for p in func.params:
+        if not tirx.is_buffer_var(p):
+            continue
+        for dim in p.shape:
+            if isinstance(dim, ir.Var) and not tirx.is_buffer_var(dim):
+                dtype = str(dim.ty.dtype)
+                largest = 2 ** (tvm.DataType(dtype).bits - 1) - 1
+                analyzer.bind(dim, ir.Range.from_min_extent(tirx.const(0, dtype), tirx.const(largest, dtype)))
 
 
 def mutate_with_scope(body, scope: Scope, callbacks: dict):

@@ -1,11 +1,16 @@
 """Pass `legalize_safe_memory_access`: accesses to global tensors past their edge are predicated.
 
-A tile that runs past the tensor's edge (sizes not divisible by the tile) must never read or write
-out of bounds. Stores to a global tensor are guarded by their index bounds; loads of a global
-tensor whose bounds the store's guard does not already imply read 0 instead.
+A tile that runs past the tensor's edge (sizes not divisible by the tile, or a dynamic size
+`T.dynamic("m")` known only at call time) must never read or write out of bounds. Stores to a
+global tensor are guarded by their index bounds; loads of a global tensor whose bounds the
+enclosing guards do not already imply read 0 instead.
 
-Before:  C[by * 128 + i, j] = A[by * 128 + i, j]            (C, A: 1000 x 64)
-After:   if by * 128 + i < 1000: C[by * 128 + i, j] = A[by * 128 + i, j]
+Before:  C[by * 128 + i, j] = A[by * 128 + i, j]            (C, A: m x 64, m dynamic)
+After:   if by * 128 + i < m: C[by * 128 + i, j] = A[by * 128 + i, j]
+
+Loads are guarded wherever they are: in stored values and indices, in `x = A[i]` bindings, in
+`if` conditions and in call arguments (atomics). What the kernel already checks (an `if i < m:` the
+user wrote, the condition of a `T.if_then_else`) counts as known, so it adds no second guard.
 
 Requires: tile ops expanded to loops. Guarantees: every global access is provably in bounds or
 predicated. Bounds that the analyzer proves from loop, thread and block ranges add nothing.
@@ -17,17 +22,17 @@ import tvm_ffi
 from tvm import ir, tirx
 
 from tilelang.op import atomic
-from tilelang.transform.common import Scope, mutate_with_scope
-from tilelang.utils.ir import dtype_of
+from tilelang.transform.common import Scope, assume_sizes_nonnegative, mutate_with_scope
+from tilelang.utils.ir import dtype_of, is_if_then_else
 
 
-def _in_bounds(buffer, indices, analyzer):
-    """The conjunction of bound checks of `indices` on `buffer` not provable by `analyzer`."""
+def _in_bounds(buffer, indices, scope):
+    """The conjunction of bound checks of `indices` on `buffer` that `scope` cannot prove."""
     conds = []
     for idx, extent in zip(indices, buffer.shape):
-        if not analyzer.can_prove(idx < extent):
+        if not scope.provably(None, idx, extent):
             conds.append(idx < extent)
-        if not analyzer.can_prove(idx >= 0):
+        if not scope.provably(0, idx, None):
             conds.append(idx >= 0)
     if not conds:
         return None
@@ -41,42 +46,92 @@ def _is_global(buffer) -> bool:
     return buffer.scope() == "global"
 
 
+def _is_element_atomic(call) -> bool:
+    """An element atomic (`T.atomic_add`) writes through the address of its first argument."""
+    return (
+        isinstance(call, ir.Call)
+        and getattr(call.op, "name", "") == "tirx.call_extern"
+        and str(call.args[0].value) == atomic.ELEMENT
+    )
+
+
+def _is_address_of(call) -> bool:
+    return getattr(call.op, "name", "") == "tirx.address_of"
+
+
 def legalize_safe_memory_access(func: tirx.PrimFunc) -> tirx.PrimFunc:
     scope = Scope()
     ana = scope.analyzer
+    assume_sizes_nonnegative(ana, func)
 
-    def on_store(store, recurse):
-        guard = _in_bounds(store.buffer, store.indices, ana) if _is_global(store.buffer) else None
+    def under(cond, fn):
+        """fn() with `cond` known to hold (no constraint when cond is None)."""
+        if cond is None:
+            return fn()
+        with ana.constraint_scope(cond):
+            return fn()
 
-        def guard_load(load):
+    def guard_loads(expr):
+        """`expr` with each global load not provably in bounds reading 0 instead."""
+
+        def on_load(load, mutator):
+            load = mutator.default_mutate(load)  # loads inside its indices first
             if not _is_global(load.source):
                 return load
-            if guard is not None:
-                with ana.constraint_scope(guard):
-                    cond = _in_bounds(load.source, load.indices, ana)
-            else:
-                cond = _in_bounds(load.source, load.indices, ana)
-            if cond is None:
-                return load
-            return tirx.if_then_else(cond, load, tirx.const(0, dtype_of(load)))
+            cond = _in_bounds(load.source, load.indices, scope)
+            return load if cond is None else tirx.if_then_else(cond, load, tirx.const(0, dtype_of(load)))
 
-        value = tvm_ffi.structural_map(store.value, [(ir.TensorLoad, guard_load)])
-        new = tirx.BufferStore(store.buffer, value, store.indices, span=store.span)
-        if guard is not None:
-            return tirx.IfThenElse(guard, new, None, span=store.span)
-        return new
+        def on_call(call, mutator):
+            if _is_address_of(call):
+                return call  # an address, not a read (the statement's guard covers it)
+            if is_if_then_else(call):
+                cond = guard_loads(call.args[0])
+                then = under(cond, lambda: guard_loads(call.args[1]))
+                other = under(tirx.Not(cond), lambda: guard_loads(call.args[2]))
+                return tirx.if_then_else(cond, then, other)
+            return mutator.default_mutate(call)
+
+        return tvm_ffi.structural_mutate(expr, [(ir.TensorLoad, on_load), (ir.Call, on_call)])
+
+    def on_store(store, recurse):
+        indices = [guard_loads(i) for i in store.indices]
+        guard = _in_bounds(store.buffer, indices, scope) if _is_global(store.buffer) else None
+        value = under(guard, lambda: guard_loads(store.value))
+        new = tirx.BufferStore(store.buffer, value, indices, span=store.span)
+        return tirx.IfThenElse(guard, new, None, span=store.span) if guard is not None else new
 
     def on_eval(stmt, recurse):
-        # An element atomic (`T.atomic_add`) writes through the address of its first argument.
         call = stmt.value
-        if not (
-            isinstance(call, ir.Call)
-            and getattr(call.op, "name", "") == "tirx.call_extern"
-            and str(call.args[0].value) == atomic.ELEMENT
-        ):
+        if not isinstance(call, ir.Call):
             return stmt
+        if not _is_element_atomic(call):
+            value = guard_loads(call)
+            return stmt if value.same_as(call) else tirx.Evaluate(value, span=stmt.span)
         target = call.args[1].args[0]
-        guard = _in_bounds(target.source, target.indices, ana) if _is_global(target.source) else None
-        return tirx.IfThenElse(guard, stmt, None, span=stmt.span) if guard is not None else stmt
+        indices = [guard_loads(i) for i in target.indices]
+        guard = _in_bounds(target.source, indices, scope) if _is_global(target.source) else None
+        value = under(guard, lambda: guard_loads(call.args[2]))
+        new = tirx.Evaluate(
+            atomic.element_atomic_add_call(tirx.BufferLoad(target.source, indices), value), span=stmt.span
+        )
+        return tirx.IfThenElse(guard, new, None, span=stmt.span) if guard is not None else new
 
-    return func.with_body(mutate_with_scope(func.body, scope, {tirx.BufferStore: on_store, tirx.Evaluate: on_eval}))
+    def on_bind(stmt, recurse):
+        value = guard_loads(stmt.value)
+        return stmt if value.same_as(stmt.value) else tirx.Bind(stmt.var, value, span=stmt.span)
+
+    def on_if(stmt, recurse):
+        cond = guard_loads(stmt.condition)
+        then = under(cond, lambda: mutate_with_scope(stmt.then_case, scope, callbacks))
+        other = None
+        if stmt.else_case is not None:
+            other = under(tirx.Not(cond), lambda: mutate_with_scope(stmt.else_case, scope, callbacks))
+        return tirx.IfThenElse(cond, then, other, span=stmt.span)
+
+    callbacks = {
+        tirx.BufferStore: on_store,
+        tirx.Evaluate: on_eval,
+        tirx.Bind: on_bind,
+        tirx.IfThenElse: on_if,
+    }
+    return func.with_body(mutate_with_scope(func.body, scope, callbacks))

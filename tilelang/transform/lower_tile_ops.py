@@ -25,6 +25,7 @@ from tilelang.op import gemm as gemm_op
 from tilelang.op import reduce as reduce_op
 from tilelang.transform.common import Scope, collect, is_thread_extent, mutate_with_scope, walk
 from tilelang.transform.infer_layout import (
+    DYNAMIC,
     FRAGMENT_LAYOUTS,
     LOOP_LAYOUT,
     SHARED_LAYOUTS,
@@ -107,7 +108,10 @@ def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
     def on_for(loop, recurse):
         if LOOP_LAYOUT not in loop.annotations:
             return recurse(loop)
-        return parallel.lower(loop, fl.from_ir(loop.annotations[LOOP_LAYOUT]), ctx)
+        layout = loop.annotations[LOOP_LAYOUT]
+        if isinstance(layout, str) and layout == DYNAMIC:
+            return parallel.lower_dynamic(loop, ctx)
+        return parallel.lower(loop, fl.from_ir(layout), ctx)
 
     def on_eval(stmt, recurse):
         call = stmt.value

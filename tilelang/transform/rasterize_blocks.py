@@ -33,6 +33,14 @@ def _remap(bx, by, gx, gy, panel):
     return tirx.floordiv(offset, rows), index * panel + tirx.floormod(offset, rows)
 
 
+def _dtype(expr) -> str:
+    return str(expr.ty.dtype)
+
+
+def _cast(var, value):
+    return value if _dtype(value) == _dtype(var) else tirx.Cast(_dtype(var), value)
+
+
 def rasterize_blocks(func: tirx.PrimFunc) -> tirx.PrimFunc:
     scope = Scope()
 
@@ -48,9 +56,11 @@ def rasterize_blocks(func: tirx.PrimFunc) -> tirx.PrimFunc:
                     nbx, nby = _remap(bx, by, gx, gy, panel)
                 else:
                     nby, nbx = _remap(by, bx, gy, gx, panel)
-                vx, vy = tirx.Var(f"{bx.name}_r", "int32"), tirx.Var(f"{by.name}_r", "int32")
+                # A dynamic int64 grid (T.ceildiv(m, 128) with an int64 m) makes the remap int64;
+                # each new index keeps its block index's dtype.
+                vx, vy = tirx.Var(f"{bx.name}_r", _dtype(bx)), tirx.Var(f"{by.name}_r", _dtype(by))
                 rest = [substitute(s, {bx: vx, by: vy}) for s in stmts[k + 1 :]]
-                new = stmts[:k] + [tirx.Bind(vx, nbx), tirx.Bind(vy, nby)] + rest
+                new = stmts[:k] + [tirx.Bind(vx, _cast(vx, nbx)), tirx.Bind(vy, _cast(vy, nby))] + rest
                 return recurse(tirx.SeqStmt(new, span=seq.span))
         return recurse(seq)
 

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>  // int64_t: the kernel argument of a dynamic dimension T.dynamic("m", "int64")
 #include <tuple>
 #include <utility>
 

@@ -8,7 +8,7 @@ import tilelang.language as T
 from tilelang.language.diagnostics import UserError
 from tilelang.layout import fragment as fl
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
-from tilelang.transform.infer_layout import FRAGMENT_LAYOUTS, LOOP_LAYOUT, infer_layout
+from tilelang.transform.infer_layout import DYNAMIC, FRAGMENT_LAYOUTS, LOOP_LAYOUT, infer_layout
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
 
 
@@ -52,6 +52,49 @@ def test_vector_limited_by_misaligned_rows():
 
     (layout,) = _loop_layouts(infer_layout(_prepare(main)))
     assert layout.vector_size == 2  # rows of 66 halves are only 4-byte aligned
+
+
+@pytest.mark.parametrize("symbol_dtype", ["int32", "int64"])
+def test_dynamic_rows_keep_the_full_vector(symbol_dtype):
+    M = T.dynamic("m", symbol_dtype)
+
+    @T.prim_func
+    def main(A: T.Tensor((M, 64), "float16"), C: T.Tensor((M, 64), "float16")):
+        with T.Kernel(T.ceildiv(M, 128), threads=128) as bx:
+            for i, j in T.Parallel(128, 64):
+                C[bx * 128 + i, j] = A[bx * 128 + i, j]
+
+    (layout,) = _loop_layouts(infer_layout(_prepare(main)))
+    # The tail guard is on the row only, uniform over a vector; int64 index casts read no memory.
+    assert layout.vector_size == 8
+
+
+def test_dynamic_row_length_limits_the_vector_to_one():
+    N = T.dynamic("n")
+
+    @T.prim_func
+    def main(A: T.Tensor((128, N), "float16"), C: T.Tensor((128, N), "float16")):
+        with T.Kernel(T.ceildiv(N, 64), threads=128) as bx:
+            for i, j in T.Parallel(128, 64):
+                C[i, bx * 64 + j] = A[i, bx * 64 + j]
+
+    (layout,) = _loop_layouts(infer_layout(_prepare(main)))
+    assert layout.vector_size == 1  # neither a row's alignment nor the tail guard is known per vector
+
+
+def test_loop_over_a_dynamic_extent_gets_no_layout_to_infer():
+    M = T.dynamic("m")
+
+    @T.prim_func
+    def main(A: T.Tensor((M,), "float32"), C: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=128):
+            for i in T.Parallel(M):
+                C[i] = A[i]
+
+    out = infer_layout(_prepare(main))
+    loops = []
+    tvm_ffi.structural_walk(out.body, [(tirx.For, loops.append)])
+    assert [str(lp.annotations[LOOP_LAYOUT]) for lp in loops] == [DYNAMIC]
 
 
 def test_common_level_follows_the_fragment():

@@ -162,3 +162,55 @@ def test_a_128x128_fp32_fragment_over_128_threads_is_128_registers():
             T.copy(f, B)
 
     assert "f_local = T.alloc_local((128,))" in _run(before).script()
+
+
+def test_loop_over_a_dynamic_extent_runs_in_rounds_over_the_threads():
+    M = T.dynamic("m")
+
+    @T.prim_func
+    def before(A: T.Tensor((M,), "float32"), C: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=128):
+            for i in T.Parallel(M):
+                C[i] = A[i] * 2.0
+
+    @T.prim_func
+    def expected(A: T.Tensor((M,), "float32"), C: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=128):
+            tx = T.get_thread_binding()
+            for r in T.serial((M + 127) // 128):
+                if r * 128 + tx < M:
+                    C[r * 128 + tx] = A[r * 128 + tx] * T.float32(2.0)
+
+    assert_ir_equal(_run(before), expected)
+
+
+def test_global_copy_of_a_dynamic_region_unflattens_row_major():
+    M = T.dynamic("m", "int64")
+
+    @T.prim_func
+    def before(A: T.Tensor((M, 64), "float16"), C: T.Tensor((M, 64), "float16")):
+        with T.Kernel(1, threads=128):
+            T.copy(A, C)
+
+    text = _run(before).script()
+    assert "for r in range((m * T.int64(64) + T.int64(127)) // T.int64(128)):" in text
+    assert 'if r * T.int64(128) + T.Cast("int64", tx) < m * T.int64(64):' in text
+    # The row needs no `%` (the guard bounds it); the column is the flat index modulo 64.
+    assert 'C[(r * T.int64(128) + T.Cast("int64", tx)) // T.int64(64), T.Cast("int32"' in text
+
+
+def test_loop_over_a_dynamic_extent_cannot_touch_a_fragment():
+    M = T.dynamic("m")
+
+    @T.prim_func
+    def before(A: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=128):
+            f = T.alloc_fragment((128,), "float32")
+            for i in T.Parallel(M):
+                f[i % 128] = A[i]
+
+    with pytest.raises(UserError) as info:
+        _run(before)
+    text = str(info.value)
+    assert "T.Parallel loop of shape [m] has a dynamic extent" in text and "fragment 'f'" in text
+    assert "for i in T.Parallel(M):" in text
