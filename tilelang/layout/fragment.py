@@ -145,8 +145,13 @@ class Fragment:
         multiple of the threads). With replication, every holder maps back to the element.
         """
         groups = self.groups
-        base = sym.Analyzer().simplify(compress_groups(self.base, groups)) if groups else self.base
-        imap = IndexMap(list(self.vars), [base, self.index], None)
+        # Simplified over the tile's bounds first: the iterator detection behind IndexMap's inverse
+        # does not see through digits that are constant on the tile (e.g. `i % 16 // 16` for i < 64).
+        ana = sym.Analyzer()
+        for v, n in zip(self.vars, self.shape):
+            ana.bind(v, ir.Range(0, n))
+        base = ana.simplify(compress_groups(self.base, groups) if groups else self.base)
+        imap = IndexMap(list(self.vars), [base, ana.simplify(self.index)], None)
         inv, padding = imap.non_surjective_inverse(list(self.shape))
         # The inverse covers only the threads the tile reaches; threads past them hold nothing.
         used_threads = int(imap.map_shape(list(self.shape))[0])
@@ -272,17 +277,32 @@ def reduced(src: Fragment, dim: int) -> Fragment:
     got = evaluate(base, dict(zip(out_vars, grid(out_shape)))).reshape(-1)
     if not np.array_equal(got, lows):
         raise IrregularLayout("the lowest holder of a row is not the row's first holder with digits cleared")
-    # One register slot per row: the first element's register, compacted by the common stride.
+    # One register slot per row: the first element's register, compacted to a dense range.
     first = evaluate(first_index, dict(zip(out_vars, grid(out_shape)))).reshape(-1)
-    step = int(np.gcd.reduce(first)) if first.any() else 1
-    index = sym.Analyzer().simplify(tirx.floordiv(first_index, _c(step))) if step > 1 else first_index
-    candidate = Fragment(out_shape, out_vars, base, index, src.num_threads, groups)
+    candidate = Fragment(out_shape, out_vars, base, _dense(first_index, first), src.num_threads, groups)
     if not candidate.is_injective() or not _invertible(candidate):  # fall back to one slot per element
         flat = _c(0)
         for v, n in zip(out_vars, out_shape):
             flat = flat * _c(n) + v
         candidate = Fragment(out_shape, out_vars, base, flat, src.num_threads, groups)
     return candidate
+
+
+def _dense(index, values: np.ndarray):
+    """`index` renumbered onto 0..n-1 when its values form digit ranges (e.g. registers {0, 2, 64,
+    66} of a row's first element -> {0, 1, 2, 3}); else divided by their common stride."""
+    try:
+        digits = _digit_groups(np.unique(values))
+    except IrregularLayout:
+        digits = None
+    if digits is not None and values.min() == 0:
+        dense, scale = _c(0), 1
+        for stride, count in digits:
+            dense = dense + tirx.floormod(tirx.floordiv(index, _c(stride)), _c(count)) * _c(scale)
+            scale *= count
+        return sym.Analyzer().simplify(dense)
+    step = int(np.gcd.reduce(values)) if values.any() else 1
+    return sym.Analyzer().simplify(tirx.floordiv(index, _c(step))) if step > 1 else index
 
 
 def _invertible(frag: Fragment) -> bool:

@@ -1,0 +1,70 @@
+"""FlashAttention forward: tilelang's example kernel beside torch's scaled_dot_product_attention with
+its flash and cuDNN backends, same run, TFLOP/s (fp16, (batch, heads, seq, dim) layout).
+
+Run on a GPU machine: python benchmark/flash_attention/benchmark_flash_attention.py [--quick]
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "flash_attention"))
+from example_mha_fwd_bhsd import flashattn, ref_program  # noqa: E402
+
+from tilelang.profiler import do_bench  # noqa: E402
+
+# (block_M, block_N, num_stages, threads) tried per shape; the best is reported.
+CONFIGS = {64: [(128, 64, 2, 256), (128, 128, 2, 256)], 128: [(128, 64, 2, 256), (128, 128, 2, 256)]}
+
+
+def shapes(quick):
+    rows = [(8, 32, 4096, 128, False), (8, 32, 4096, 128, True)]
+    if not quick:
+        for dim in (64, 128):
+            for seq in (1024, 2048, 4096, 8192, 16384):
+                rows.append((max(1, 32768 // seq), 32, seq, dim, False))
+    return rows
+
+
+def torch_ms(q, k, v, causal, backend):
+    try:
+        with sdpa_kernel(backend):
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # raises if the backend cannot run
+            return do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), rep=30)
+    except RuntimeError:
+        return float("nan")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="b8 h32 s4096 d128 only")
+    args = parser.parse_args()
+    rows = []
+    for batch, heads, seq, dim, causal in shapes(args.quick):
+        q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16) for _ in range(3))
+        flops = 4 * batch * heads * seq * seq * dim * (0.5 if causal else 1.0)
+        best = None
+        for bm, bn, stages, threads in CONFIGS[dim]:
+            kernel = flashattn(batch, heads, seq, seq, dim, causal, bm, bn, stages, threads)
+            # A fresh output buffer could hold an earlier configuration's result; check on fresh inputs.
+            x, y, z = torch.randn_like(q), torch.randn_like(k), torch.randn_like(v)
+            torch.testing.assert_close(kernel(x, y, z), ref_program(x, y, z, causal), rtol=1e-2, atol=1e-2)
+            ms = do_bench(lambda kernel=kernel, q=q, k=k, v=v: kernel(q, k, v), rep=30)
+            if best is None or ms < best[0]:
+                best = (ms, (bm, bn, stages, threads))
+        flash = torch_ms(q, k, v, causal, SDPBackend.FLASH_ATTENTION)
+        cudnn = torch_ms(q, k, v, causal, SDPBackend.CUDNN_ATTENTION)
+        rows.append((batch, heads, seq, dim, causal, best[1], *(flops / t / 1e9 for t in (best[0], flash, cudnn))))
+    print(f"{'b':>3} {'h':>3} {'seq':>6} {'d':>4} {'causal':>6} {'best config':>20} {'tilelang':>9} "
+          f"{'torch flash':>11} {'torch cuDNN':>11} {'vs cuDNN':>8}  (TFLOP/s)")  # fmt: skip
+    for b, h, s, d, c, cfg, ours, flash, cudnn in rows:
+        print(f"{b:3d} {h:3d} {s:6d} {d:4d} {str(c):>6} {str(cfg):>20} {ours:9.0f} {flash:11.0f} {cudnn:11.0f} "
+              f"{ours / cudnn:8.3f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
