@@ -1,7 +1,7 @@
 """GEMM throughput of tilelang's example kernel beside torch.matmul (cuBLAS), same run.
 
 For each shape and dtype it tries a few tile configurations and reports the best, with the ratio to
-cuBLAS. Run on a GPU machine: python benchmark/matmul/benchmark_matmul.py [--quick]
+cuBLAS. Run on a GPU machine: python benchmark/matmul/benchmark_matmul.py [--quick] [--no-wgmma]
 """
 
 import argparse
@@ -14,17 +14,19 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "gemm"))
 from example_gemm import matmul  # noqa: E402
 
+import tilelang  # noqa: E402
 from tilelang.profiler import do_bench  # noqa: E402
 
-# (block_M, block_N, block_K, threads, num_stages, rasterization panel): the best of a sweep on the
-# H200 over tiles 64..256, 128/256 threads, 2-4 stages and panels 0/4/8/16 (mma.sync path).
-CONFIGS = [(128, 128, 32, 128, 3, 8), (128, 128, 64, 128, 3, 8), (128, 128, 32, 128, 3, 16), (128, 256, 64, 256, 3, 8)]
+# (block_M, block_N, block_K, threads, num_stages, rasterization panel): the best of sweeps on the
+# H200 over tiles 64..256, 128/256 threads, 2-4 stages and panels 0/4/8/16 (mma.sync and wgmma).
+CONFIGS = [(128, 128, 32, 128, 3, 8), (128, 128, 64, 128, 3, 8), (128, 128, 32, 128, 4, 8), (128, 256, 64, 256, 3, 8)]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 28672, 8192), (8192, 4096, 14336)]
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fp16 square shapes and two configurations only")
+    parser.add_argument("--no-wgmma", action="store_true", help="force mma.sync on Hopper (tl.disable_wgmma)")
     args = parser.parse_args()
     dtypes = ["float16"] if args.quick else ["float16", "bfloat16"]
     shapes = SHAPES[:2] if args.quick else SHAPES
@@ -39,7 +41,8 @@ def main():
             for config in configs:
                 bm, bn, bk, threads, stages, panel = config
                 start = time.time()
-                kernel = matmul(M, N, K, bm, bn, bk, dtype=dtype, threads=threads, num_stages=stages, rasterize=panel)
+                func = matmul.factory(M, N, K, bm, bn, bk, dtype, "float", threads, stages, panel)
+                kernel = tilelang.compile(func, out_idx=[-1], pass_configs={"tl.disable_wgmma": args.no_wgmma})
                 kernel._ensure_built()
                 compile_s = time.time() - start
                 # Fresh inputs for the check: a kernel that wrote nothing must not pass on a recycled

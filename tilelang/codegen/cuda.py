@@ -36,6 +36,7 @@ _HEADERS = [
     ("tl::shfl_xor", "reduce.h"),
     ("tl::atomic_add", "atomic.h"),
     ("tl::gemm_", "gemm_mma.h"),
+    ("tl::wgmma_", "gemm_wgmma.h"),
     ("tl::cp_async", "copy_async.h"),
 ]
 

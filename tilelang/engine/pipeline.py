@@ -14,6 +14,8 @@ import tvm
 from tvm import s_tir, tirx
 
 from tilelang.language.diagnostics import CompilerError, UserError
+from tilelang.transform import pass_config
+from tilelang.transform.check_descriptor_alignment import check_descriptor_alignment
 from tilelang.transform.check_shared_memory import check_shared_memory, user_shared_tiles
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import infer_layout
@@ -104,7 +106,7 @@ def lower(func: tirx.PrimFunc, target, config: dict | None = None, name: str = "
     tiles = user_shared_tiles(func)
     steps = [(n, _apply_to_funcs(f)) for n, f in _tile_passes()] + _tvm_passes(config)
     tvm_config = {k: v for k, v in config.items() if k.startswith("tirx.")}
-    with tvm.transform.PassContext(opt_level=3, config=tvm_config):
+    with tvm.transform.PassContext(opt_level=3, config=tvm_config), pass_config.active(config):
         for k, (pass_name, p) in enumerate(steps):
             mod = _run_pass(pass_name, p, mod, dump_dir)
             if dump_dir:
@@ -112,6 +114,7 @@ def lower(func: tirx.PrimFunc, target, config: dict | None = None, name: str = "
             if pass_name == "merge_shared_memory":
                 # The merged block is each kernel's real shared-memory need: check it against the target.
                 check_shared_memory(mod, target, tiles)
+                check_descriptor_alignment(mod)
         host_mod, device_mods = _build_utils.split_host_device_mods(mod)
         host_mod = tvm.s_tir.pipeline.finalize_host_passes()(host_mod)
         ((_, device_mod),) = device_mods.items()

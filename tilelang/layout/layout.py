@@ -110,6 +110,31 @@ def swizzle(shape, element_bits: int, bits: int) -> Layout:
     return Layout(tuple(shape), vars_, forward, math.prod(shape), names[bits])
 
 
+def gmma_panels(shape, element_bits: int, bits: int) -> Layout:
+    """The shared-memory layout wgmma reads a tile in: CuTe's canonical GMMA layouts.
+
+    The last dimension (the contiguous one) is cut into panels of `P`
+    elements (128, 64 or 32 bytes for bits 3, 2, 1); each panel holds all rows of the tile, one
+    row per P elements, with `swizzle(.., bits)` applied inside the panel; panels follow each other,
+    and leading dimensions (pipeline stages) stack whole tiles. Inside a panel this is exactly the
+    hardware's 128/64/32-byte swizzle when the panel starts on a 1024/512/256-byte boundary.
+    """
+    *lead, rows, cols = (int(n) for n in shape)
+    panel = (128 // element_bits) << bits
+    if cols % panel:
+        raise ValueError(f"gmma_panels: {cols} columns are not a multiple of the {panel}-element panel")
+    inner = swizzle((rows, panel), element_bits, bits)
+    vars_ = placeholder_vars(len(shape))
+    *lv, r, c = vars_
+    tile = _c(0)
+    for v, n in zip(lv, lead):
+        tile = tile * _c(n) + v
+    local = inner.map([r, tirx.floormod(c, _c(panel))])
+    forward = tile * _c(rows * cols) + tirx.floordiv(c, _c(panel)) * _c(rows * panel) + local
+    names = {3: "gmma_128B", 2: "gmma_64B", 1: "gmma_32B"}
+    return Layout(tuple(int(n) for n in shape), vars_, forward, math.prod(shape), names[bits])
+
+
 def make_full_bank_swizzled_layout(buffer) -> Layout:
     return swizzle(_shape(buffer), _bits(buffer), 3)
 

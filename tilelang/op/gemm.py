@@ -17,7 +17,7 @@ from tvm import tirx
 
 from tilelang.language.diagnostics import UserError, at_span
 from tilelang.layout import fragment as fl
-from tilelang.op import base
+from tilelang.op import base, gemm_wgmma
 from tilelang.op import gemm_instructions as instructions
 from tilelang.utils.ir import i32 as _c
 
@@ -149,6 +149,12 @@ def layouts(g: Gemm, target, num_threads: int, span=None) -> dict:
             f"that is a multiple of {inst.k}",
             span,
         )
+    p = gemm_wgmma.plan(g, target, num_threads)
+    if p is not None:
+        out = {g.c.buffer: gemm_wgmma.c_fragment(g, p, num_threads)}
+        if g.a.buffer.scope() == "local.fragment":
+            out[g.a.buffer] = gemm_wgmma.a_fragment(g, p, num_threads)
+        return out
     wm, wn = warp_partition(g.M, g.N, num_threads // 32, g.policy, span)
     WM, WN = g.M // wm, g.N // wn
     NI, KT = WN // 8, g.K // inst.k
@@ -240,10 +246,13 @@ def swizzle_bits(region) -> int:
     return bits
 
 
-def shared_layouts(g: Gemm) -> dict:
+def shared_layouts(g: Gemm, target=None, num_threads: int | None = None) -> dict:
     """{shared operand buffer: Layout} that the template assumes."""
     from tilelang.layout import layout as sl
 
+    p = gemm_wgmma.plan(g, target, num_threads) if num_threads else None
+    if p is not None:
+        return gemm_wgmma.shared_layouts(g, p)
     out = {}
     for region in (g.a, g.b):
         bits = swizzle_bits(region)
@@ -276,6 +285,10 @@ def _pointer(region, ctx, rw: int):
 
 def lower(call, ctx, span=None) -> tirx.Stmt:
     g = Gemm(call)  # its instruction and shapes were checked by `layouts` at layout inference
+    args = [_pointer(g.a, ctx, 1), _pointer(g.b, ctx, 1), _pointer(g.c, ctx, 3)]
+    p = gemm_wgmma.plan(g, ctx.target, ctx.num_threads)
+    if p is not None:
+        return tirx.Evaluate(tirx.call_extern("void", gemm_wgmma.call_name(g, p), *args))
     wm, wn = warp_partition(g.M, g.N, ctx.num_threads // 32, g.policy, span)
     lda, ldb = int(g.a.buffer.shape[-1]), int(g.b.buffer.shape[-1])
 
@@ -286,5 +299,4 @@ def lower(call, ctx, span=None) -> tirx.Stmt:
         f"tl::gemm_{g.kind}<{g.M}, {g.N}, {g.K}, {wm}, {wn}, {flag(g.trans_a)}, {flag(g.trans_b)}, "
         f"{flag(g.clear)}, {lda}, {ldb}, {swizzle_bits(g.a)}, {swizzle_bits(g.b)}>"
     )
-    args = [_pointer(g.a, ctx, 1), _pointer(g.b, ctx, 1), _pointer(g.c, ctx, 3)]
     return tirx.Evaluate(tirx.call_extern("void", name, *args))

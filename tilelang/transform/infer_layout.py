@@ -15,6 +15,10 @@ After:   the loop carries annotation `tl.loop_layout` (thread = (i*64+j)//4 % 12
          function attribute `tl.fragment_layouts` maps C_f to the same layout; annotated shared
          layouts go to `tl.shared_layouts`.
 
+A loop over a dynamic extent (`T.Parallel(m)`, or a copy between global regions of dynamic size)
+has no layout to infer: it is annotated `dynamic` and runs in rounds over the threads; it may not
+touch fragments.
+
 Requires: copies and fills expanded to loops. Guarantees: every parallel loop and every fragment
 has a layout, or a UserError names the fragment, the uses that disagree and their lines.
 """
@@ -34,6 +38,7 @@ from tilelang.op.loops import is_parallel
 from tilelang.transform.common import Scope, mutate_with_scope
 
 LOOP_LAYOUT = "tl.loop_layout"
+DYNAMIC = "dynamic"  # the loop layout of a loop over a dynamic extent: rounds over the threads
 FRAGMENT_LAYOUTS = "tl.fragment_layouts"
 SHARED_LAYOUTS = "tl.shared_layouts"
 ANNOTATED_LAYOUTS = "tl.annotated_layouts"  # set by T.annotate_layout (language/annotations.py)
@@ -86,7 +91,10 @@ def _collect(func):
         if is_parallel(loop):
             if not scope.threads:
                 raise at_span("T.Parallel must be inside `with T.Kernel(...)`", loop.span)
-            nodes.append(parallel.LoopNode(loop, scope.thread_var()))
+            node = parallel.LoopNode(loop, scope.thread_var())
+            if node.is_dynamic:
+                _check_dynamic_loop(node)
+            nodes.append(node)
             return loop  # nested parallel loops belong to this nest
         return recurse(loop)
 
@@ -99,6 +107,18 @@ def _collect(func):
 
     mutate_with_scope(func.body, scope, {tirx.For: on_for, tirx.Evaluate: on_eval})
     return nodes, scope.analyzer
+
+
+def _check_dynamic_loop(node):
+    """A loop over a dynamic extent runs in rounds over the threads, with no layout: the fixed-shape
+    fragments, whose elements each live on one thread, cannot follow it."""
+    if node.accesses:
+        raise at_span(
+            f"layout inference: the {node.describe()} has a dynamic extent, but touches fragment "
+            f"'{node.accesses[0][0].name}', whose elements live on fixed threads; loop over the "
+            f"fragment's own shape (e.g. T.Parallel(block_M, block_N)) and guard the tail instead",
+            node.span,
+        )
 
 
 class _State:
@@ -123,7 +143,7 @@ class _State:
         if node.kind == "gemm":
             return False  # settled at the strict level
         if node.kind == "parallel":
-            return node not in self.loops
+            return not node.is_dynamic and node not in self.loops
         return node.red.on_fragments and node not in self.reduced
 
 
@@ -179,7 +199,7 @@ def strict_level(func, nodes, state):
         if node.kind == "gemm":
             for buffer, layout in gemm_op.layouts(node.gemm, target, node.num_threads, node.span).items():
                 _give(state, buffer, layout, node.span, node)
-            for buffer, layout in gemm_op.shared_layouts(node.gemm).items():
+            for buffer, layout in gemm_op.shared_layouts(node.gemm, target, node.num_threads).items():
                 user = (annotated or {}).get(buffer)
                 if user is not None and not _same_shared_layout(shared_layout_from_ir(user), layout):
                     raise at_span(
@@ -319,12 +339,13 @@ def _check_complete(func, nodes, state):
 
 
 def _annotate(func, nodes, state):
-    by_var = {node.vars[0]: layout for node, layout in state.loops.items()}
+    by_var = {node.vars[0]: fl.to_ir(layout) for node, layout in state.loops.items()}
+    by_var.update({node.vars[0]: DYNAMIC for node in nodes if node.kind == "parallel" and node.is_dynamic})
 
     def on_for(loop):
         if loop.loop_var in by_var:
             ann = dict(loop.annotations)
-            ann[LOOP_LAYOUT] = fl.to_ir(by_var[loop.loop_var])
+            ann[LOOP_LAYOUT] = by_var[loop.loop_var]
             return tirx.For(
                 loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, ann, span=loop.span
             )

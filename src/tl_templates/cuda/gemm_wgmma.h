@@ -1,0 +1,176 @@
+// Block-level GEMM on Hopper tensor cores with wgmma (sm_90a): C[M,N] += A[M,K] * B[K,N].
+//
+// Warpgroups (4 warps, 128 threads) tile C as WgM x WgN; each computes its (M / WgM) x (N / WgN)
+// part with wgmma.m64nNk16, N = N / WgN, one instruction per 64 rows and 16 of K. The instructions
+// are CuTe's atoms (cute/arch/mma_sm90_gmma.hpp). Shared operands are read through matrix
+// descriptors, so they must be laid out as tilelang/layout/layout.py `gmma_panels` says: the
+// contiguous dimension cut into panels of P = 8 << Swz elements (128/64/32 bytes), each panel all
+// rows of P elements with the hardware's swizzle. C's register layout (tilelang/op/gemm_wgmma.py):
+//   row i, column j of a warpgroup's part: warp (i % 64) / 16, lane 4 * (i % 8) + (j % 8) / 2,
+//   register ((i / 64) * (N / 8) + j / 8) * 4 + 2 * ((i % 16) / 8) + j % 2.
+// Each call is synchronous: it waits for its wgmmas before returning.
+#pragma once
+
+#include <cute/arch/mma_sm90_gmma.hpp>
+
+#include <utility>
+
+#include "common.h"
+
+namespace tl {
+namespace wgmma_detail {
+
+using cute::SM90::GMMA::Major;
+using cute::SM90::GMMA::ScaleOut;
+
+// The CuTe atoms for one N and element types: `SS` (A from shared) and `RS` (A from registers).
+// The N CuTe provides without its extended-shape header (which would add seconds of compile time).
+template <int N, typename TA, typename TC, Major MA, Major MB>
+struct Op;
+
+#define TL_WGMMA_OP(N, TA, TC, NAME)                                          \
+  template <Major MA, Major MB>                                              \
+  struct Op<N, TA, TC, MA, MB> {                                             \
+    using SS = cute::SM90::GMMA::MMA_64x##N##x16_##NAME##_SS<MA, MB>;        \
+    using RS = cute::SM90::GMMA::MMA_64x##N##x16_##NAME##_RS<Major::K, MB>;  \
+  };
+#define TL_WGMMA_OPS(N)                             \
+  TL_WGMMA_OP(N, half, float, F32F16F16)            \
+  TL_WGMMA_OP(N, __nv_bfloat16, float, F32BF16BF16) \
+  TL_WGMMA_OP(N, half, half, F16F16F16)
+TL_WGMMA_OPS(8)
+TL_WGMMA_OPS(16)
+TL_WGMMA_OPS(32)
+TL_WGMMA_OPS(64)
+TL_WGMMA_OPS(96)
+TL_WGMMA_OPS(128)
+TL_WGMMA_OPS(192)
+TL_WGMMA_OPS(256)
+#undef TL_WGMMA_OPS
+#undef TL_WGMMA_OP
+
+// Accumulator registers as the atoms take them: floats, or pairs of halves in 32-bit registers.
+template <typename TC>
+TL_DEVICE auto& acc(TC* c, int i) {
+  if constexpr (sizeof(TC) == 2) {
+    return reinterpret_cast<uint32_t*>(c)[i];
+  } else {
+    return c[i];
+  }
+}
+
+template <class Atom, typename TC, size_t... I>
+TL_DEVICE void fma_ss(uint64_t da, uint64_t db, TC* c, ScaleOut scale, std::index_sequence<I...>) {
+  Atom::fma(da, db, acc(c, I)..., scale);
+}
+
+template <class Atom, typename TC, size_t... I>
+TL_DEVICE void fma_rs(const uint32_t (&a)[4], uint64_t db, TC* c, ScaleOut scale, std::index_sequence<I...>) {
+  Atom::fma(a[0], a[1], a[2], a[3], db, acc(c, I)..., scale);
+}
+
+// A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format") for the instruction
+// operand whose first element is at row/column (mn0, k0) of a gmma_panels tile with `Rows` rows of
+// `Ld` elements. K-major: rows are M (or N), K contiguous; MN-major: rows are K, M (or N) contiguous.
+template <bool MNMajor, int Rows, int Ld, int Swz, typename T>
+TL_DEVICE uint64_t descriptor(const T* tile, int mn0, int k0) {
+  static_assert(sizeof(T) == 2, "wgmma descriptors here are for 16-bit elements");
+  static_assert(Swz >= 1 && Swz <= 3, "wgmma reads swizzled tiles (32, 64 or 128 bytes)");
+  constexpr int P = 8 << Swz;  // panel width in elements
+  static_assert(Ld % P == 0, "the tile's rows are whole panels");
+  const int off = MNMajor ? (mn0 / P) * (Rows * P) + k0 * P + mn0 % P : (k0 / P) * (Rows * P) + mn0 * P + k0 % P;
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + off));
+  // Leading byte offset: between panels along MN (MN-major; unused when K-major). Stride byte
+  // offset: between groups of 8 rows.
+  constexpr uint32_t lbo = MNMajor ? Rows * P * 2 : 16, sbo = 8 * P * 2;
+  constexpr uint64_t mode = Swz == 3 ? 1 : Swz == 2 ? 2 : 3;  // 128B, 64B, 32B swizzle
+  return uint64_t((addr >> 4) & 0x3FFF) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
+         (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (mode << 62);
+}
+
+// Shared tiles written by ordinary stores become visible to the tensor cores' (async) reads.
+TL_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+template <int Count, typename TC>
+TL_DEVICE void fence_operands(TC* c) {
+#pragma unroll
+  for (int i = 0; i < Count; ++i) cute::warpgroup_fence_operand(acc(c, i));
+}
+
+template <int M, int N, int K, int WgM, int WgN, typename TC>
+struct Shape {
+  static constexpr int WGM = M / WgM, WGN = N / WgN, MI = WGM / 64, KT = K / 16;
+  static constexpr int Regs = WGN / (sizeof(TC) == 2 ? 4 : 2);  // accumulator registers per instruction
+  static_assert(WGM % 64 == 0, "each warpgroup's rows must be a multiple of 64");
+  static_assert(WGN == 8 || WGN == 16 || WGN == 32 || WGN == 64 || WGN == 96 || WGN == 128 || WGN == 192 ||
+                    WGN == 256,
+                "a warpgroup's columns must be one of 8, 16, 32, 64, 96, 128, 192, 256");
+  static_assert(K % 16 == 0, "K must be a multiple of 16");
+};
+
+}  // namespace wgmma_detail
+
+// A and B in shared memory, laid out as gmma_panels (RowsX x LdX tiles, SwzX the swizzle bits).
+template <int M, int N, int K, int WgM, int WgN, bool TransA, bool TransB, bool Clear, int RowsA, int LdA, int SwzA,
+          int RowsB, int LdB, int SwzB, typename TA, typename TB, typename TC>
+TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C) {
+  using namespace wgmma_detail;
+  using S = Shape<M, N, K, WgM, WgN, TC>;
+  constexpr Major MA = TransA ? Major::MN : Major::K, MB = TransB ? Major::K : Major::MN;
+  using Atom = typename Op<S::WGN, TA, TC, MA, MB>::SS;
+  const int wg = threadIdx.x / 128, m0 = (wg % WgM) * S::WGM, n0 = (wg / WgM) * S::WGN;
+  fence_proxy_async();
+  fence_operands<S::MI * S::Regs>(C);
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int kt = 0; kt < S::KT; ++kt) {
+    const uint64_t db = descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, kt * 16);
+#pragma unroll
+    for (int mi = 0; mi < S::MI; ++mi) {
+      const uint64_t da = descriptor<TransA, RowsA, LdA, SwzA>(A, m0 + mi * 64, kt * 16);
+      const ScaleOut scale = (Clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;
+      fma_ss<Atom>(da, db, C + mi * S::Regs * (sizeof(TC) == 2 ? 2 : 1), scale,
+                   std::make_index_sequence<S::Regs>{});
+    }
+  }
+  cute::warpgroup_commit_batch();
+  cute::warpgroup_wait<0>();
+  fence_operands<S::MI * S::Regs>(C);
+}
+
+// A in registers (the A-fragment layout of tilelang/op/gemm_wgmma.py), B in shared memory.
+template <int M, int N, int K, int WgM, int WgN, bool TransA, bool TransB, bool Clear, int RowsA, int LdA, int SwzA,
+          int RowsB, int LdB, int SwzB, typename TA, typename TB, typename TC>
+TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C) {
+  using namespace wgmma_detail;
+  using S = Shape<M, N, K, WgM, WgN, TC>;
+  static_assert(!TransA, "an A operand in registers is not transposed");
+  constexpr Major MB = TransB ? Major::K : Major::MN;
+  using Atom = typename Op<S::WGN, TA, TC, Major::K, MB>::RS;
+  const int wg = threadIdx.x / 128, n0 = (wg / WgM) * S::WGN;
+  // The tensor cores read A's registers after the instruction issues: keep them live and unchanged
+  // until the wait (fenced on both sides, as the accumulators are).
+  uint32_t a[S::MI * S::KT][4];
+#pragma unroll
+  for (int i = 0; i < S::MI * S::KT * 4; ++i) a[i / 4][i % 4] = reinterpret_cast<const uint32_t*>(A)[i];
+  fence_operands<S::MI * S::KT * 4>(&a[0][0]);
+  fence_proxy_async();
+  fence_operands<S::MI * S::Regs>(C);
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int kt = 0; kt < S::KT; ++kt) {
+    const uint64_t db = descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, kt * 16);
+#pragma unroll
+    for (int mi = 0; mi < S::MI; ++mi) {
+      const ScaleOut scale = (Clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;
+      fma_rs<Atom>(a[mi * S::KT + kt], db, C + mi * S::Regs * (sizeof(TC) == 2 ? 2 : 1), scale,
+                   std::make_index_sequence<S::Regs>{});
+    }
+  }
+  cute::warpgroup_commit_batch();
+  cute::warpgroup_wait<0>();
+  fence_operands<S::MI * S::Regs>(C);
+  fence_operands<S::MI * S::KT * 4>(&a[0][0]);
+}
+
+}  // namespace tl

@@ -1,0 +1,111 @@
+"""T.gemm on sm_90a through wgmma: when it is chosen (and when mma.sync stays), the register and
+shared layouts it imposes, and the generated code compiling with nvcc (no GPU needed)."""
+
+import numpy as np
+import pytest
+import tvm_ffi
+from test_gemm import _gemm_kernel  # the same small kernels as the mma.sync tests
+from tvm import tirx
+
+import tilelang
+from tilelang.codegen import cuda
+from tilelang.layout import layout as sl
+from tilelang.layout.evaluate import evaluate, grid
+from tilelang.op import gemm as gemm_op
+from tilelang.op import gemm_wgmma
+from tilelang.transform import pass_config
+from tilelang.utils.target import determine_target
+
+SM90 = determine_target("sm_90a")
+
+
+def _gemm(func):
+    found = []
+
+    def on_eval(e):
+        if gemm_op.base.is_tile_op(e.value, "gemm"):
+            found.append(gemm_op.Gemm(e.value))
+
+    tvm_ffi.structural_walk(func.body, [(tirx.Evaluate, on_eval)])
+    return found[0]
+
+
+@pytest.mark.parametrize(
+    "M,N,threads,policy,expect",
+    [
+        (128, 128, 128, 0, (1, 1)),
+        (128, 128, 256, 0, (2, 1)),
+        (64, 128, 256, 0, (1, 2)),  # one 64-row instruction: the warpgroups split N
+        (128, 256, 256, 2, (1, 2)),  # FullCol prefers splitting N
+        (256, 128, 512, 1, (4, 1)),
+    ],
+)
+def test_warpgroup_partition(M, N, threads, policy, expect):
+    p = gemm_wgmma.plan(_gemm(_gemm_kernel(M, N, 64, policy=policy, threads=threads)), SM90, threads)
+    assert (p.wg_m, p.wg_n) == expect
+
+
+@pytest.mark.parametrize(
+    "why,kwargs,target,config",
+    [
+        ("not Hopper", {}, "sm_80", {}),
+        ("switched off", {}, "sm_90a", {"tl.disable_wgmma": True}),
+        ("tf32 has no path here", {"dtype": "float32", "accum": "float32"}, "sm_90a", {}),
+        ("B in registers", {"kind": "sr"}, "sm_90a", {}),
+        ("fewer than 64 rows", {"M": 32}, "sm_90a", {}),
+        ("not whole warpgroups", {"threads": 64}, "sm_90a", {}),
+    ],
+)
+def test_mma_sync_stays_when_wgmma_cannot_run(why, kwargs, target, config):
+    args = {"M": 128, "N": 128, "K": 64, **kwargs}
+    threads = args.pop("threads", 128)
+    g = _gemm(_gemm_kernel(args.pop("M"), args.pop("N"), args.pop("K"), threads=threads, **args))
+    with pass_config.active(config):
+        assert gemm_wgmma.plan(g, determine_target(target), threads) is None, why
+
+
+def test_c_fragment_is_a_bijection_and_feeds_the_next_gemm_as_a():
+    """Flash attention: S = Q·Kᵀ accumulates in C's layout, then S (cast) is the A operand of P·V."""
+    g1 = _gemm(_gemm_kernel(128, 64, 128, trans_b=True, threads=256))
+    g2 = _gemm(_gemm_kernel(128, 128, 64, kind="rs", threads=256))
+    p1, p2 = gemm_wgmma.plan(g1, SM90, 256), gemm_wgmma.plan(g2, SM90, 256)
+    c = gemm_wgmma.c_fragment(g1, p1, 256)
+    a = gemm_wgmma.a_fragment(g2, p2, 256)
+    assert c.is_injective() and c.local_size == 128 * 64 // 256
+    i, j = grid((128, 64))
+    for f in (c, a):
+        assert sorted(np.bincount(evaluate(f.base, {f.vars[0]: i, f.vars[1]: j})).tolist()) == [32] * 256
+    ct, ci = (evaluate(e, {c.vars[0]: i, c.vars[1]: j}) for e in (c.base, c.index))
+    at, ai = (evaluate(e, {a.vars[0]: i, a.vars[1]: j}) for e in (a.base, a.index))
+    assert np.array_equal(ct, at) and np.array_equal(ci, ai)
+
+
+@pytest.mark.parametrize("shape,bits", [((64, 64), 3), ((2, 64, 128), 3), ((128, 32), 2), ((64, 16), 1)])
+def test_gmma_panels_is_the_swizzle_inside_each_panel(shape, bits):
+    lay = sl.gmma_panels(shape, 16, bits)
+    assert lay.is_bijective()
+    rows, cols, panel = shape[-2], shape[-1], 8 << bits
+    inner = sl.swizzle((rows, panel), 16, bits)
+    r, c = grid((rows, cols))
+    lead = [np.zeros_like(r)] * (len(shape) - 2)
+    got = evaluate(lay.forward, dict(zip(lay.vars, [*lead, r, c])))
+    want = (c // panel) * rows * panel + evaluate(inner.forward, {inner.vars[0]: r, inner.vars[1]: c % panel})
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False), (True, True)])
+def test_generated_code_calls_wgmma_and_compiles(trans_a, trans_b):
+    k = tilelang.compile(_gemm_kernel(128, 128, 64, trans_a=trans_a, trans_b=trans_b, threads=256), target="sm_90a")
+    src = k.get_kernel_source()
+    assert "tl::wgmma_ss<128, 128, 64, 2, 1" in src and "fence" not in k.get_host_source()
+    cuda.compile_object(src, k.target)
+
+
+def test_alignment_check_sees_every_descriptor_operand(monkeypatch):
+    from tilelang.transform import check_descriptor_alignment as check
+
+    seen = []
+    original = check._offset_bytes
+    monkeypatch.setattr(check, "_offset_bytes", lambda p: seen.append(original(p)) or seen[-1])
+    tilelang.compile(_gemm_kernel(128, 128, 64, threads=256), target="sm_90a")
+    assert len(seen) == 2 and all(offset is not None for offset, _ in seen)

@@ -1,0 +1,175 @@
+"""`T.gemm` on Hopper's warpgroup tensor cores (wgmma, sm_90a).
+
+When a gemm can run as wgmma (`plan` says why not otherwise, in the debug log), warpgroups of 128
+threads tile C as WgM x WgN, each with wgmma.m64nNk16 over its (M / WgM) x (N / WgN) part. Shared
+operands are read through matrix descriptors, so they take the `gmma_panels` layout (CuTe's
+canonical GMMA layouts); an A operand in registers and C take the register layouts below, which
+`src/tl_templates/cuda/gemm_wgmma.h` assumes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from tvm import tirx
+
+from tilelang.layout import fragment as fl
+from tilelang.transform import pass_config
+from tilelang.utils.ir import i32 as _c
+from tilelang.utils.target import arch_of
+
+logger = logging.getLogger("tilelang")
+
+# Per-warpgroup N that CuTe's (non-extended) wgmma atoms provide.
+N_SIZES = (8, 16, 32, 64, 96, 128, 192, 256)
+# (A/B dtype, C dtype) pairs the template instantiates.
+DTYPES = {("float16", "float32"), ("bfloat16", "float32"), ("float16", "float16")}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a gemm runs as wgmma: warpgroups along M and N, and each shared operand's swizzle bits."""
+
+    wg_m: int
+    wg_n: int
+    swz_a: int  # 0 when A is in registers
+    swz_b: int
+
+    @property
+    def num_threads(self) -> int:
+        return 128 * self.wg_m * self.wg_n
+
+
+def _panel_bits(region) -> int | None:
+    """Swizzle bits of the widest GMMA panel the operand's rows split into (3: 128 bytes), or None
+    when the tile cannot be read through a descriptor (rows not 16-byte multiples, a sub-tile)."""
+    shape = [int(n) for n in region.buffer.shape]
+    if len(shape) < 2 or shape[-2] % 8:
+        return None
+    lead = len(shape) - 2
+    if any(not isinstance(e, tirx.IntImm) for e in region.extents):
+        return None
+    if any(int(e) != n for e, n in zip(region.extents[lead:], shape[lead:])):
+        return None  # the descriptor walks whole tiles
+    if any(not isinstance(s, tirx.IntImm) or int(s) != 0 for s in region.starts[lead:]):
+        return None
+    if any(int(e) != 1 for e in region.extents[:lead]):
+        return None
+    cols = shape[-1]
+    for bits in (3, 2, 1):
+        if cols % (8 << bits) == 0:
+            return bits
+    return None
+
+
+def plan(g, target, num_threads: int) -> Plan | None:
+    """The wgmma plan for gemm `g`, or None (mma.sync) with the reason in the debug log."""
+
+    def no(reason: str):
+        logger.debug("T.gemm(%s, %s, %s): mma.sync, not wgmma: %s", g.a.name, g.b.name, g.c.name, reason)
+        return None
+
+    if target is None or arch_of(target) != "sm_90a":
+        return None
+    if pass_config.enabled(pass_config.PassConfigKey.TL_DISABLE_WGMMA):
+        return no("disabled by tl.disable_wgmma")
+    a_dtype, b_dtype, c_dtype = (str(r.buffer.dtype) for r in (g.a, g.b, g.c))
+    if a_dtype != b_dtype or (a_dtype, c_dtype) not in DTYPES:
+        return no(f"{a_dtype} x {b_dtype} -> {c_dtype} has no wgmma path here")
+    if num_threads % 128:
+        return no(f"{num_threads} threads are not whole warpgroups")
+    if g.K % 16:
+        return no(f"K = {g.K} is not a multiple of 16")
+    if g.b.buffer.scope() == "local.fragment":
+        return no("B is in registers (wgmma reads B from shared memory)")
+    a_in_regs = g.a.buffer.scope() == "local.fragment"
+    swz_a = 0 if a_in_regs else _panel_bits(g.a)
+    swz_b = _panel_bits(g.b)
+    if swz_a is None or swz_b is None:
+        return no("an operand is not a whole shared tile with rows of 16-byte multiples")
+    num_wg = num_threads // 128
+    fits = []
+    for wg_m in range(1, num_wg + 1):
+        if num_wg % wg_m or g.M % (64 * wg_m):
+            continue
+        wg_n = num_wg // wg_m
+        if g.N % wg_n or g.N // wg_n not in N_SIZES:
+            continue
+        if wg_n > 1 and not g.trans_b and (g.N // wg_n) % (8 << swz_b):
+            continue  # an MN-major B must split at panel boundaries
+        fits.append((wg_m, wg_n))
+    if not fits:
+        return no(f"{num_wg} warpgroups cannot tile {g.M} x {g.N} in 64-row wgmma with N in {N_SIZES}")
+    from tilelang.op.gemm import GemmWarpPolicy
+
+    prefer_n = g.policy == GemmWarpPolicy.FullCol
+    wg_m, wg_n = max(fits, key=lambda f: f[1] if prefer_n else f[0])
+    return Plan(wg_m, wg_n, swz_a, swz_b)
+
+
+def c_fragment(g, p: Plan, num_threads: int) -> fl.Fragment:
+    """C (M, N) in wgmma's accumulator layout (see gemm_wgmma.h)."""
+    WGM, WGN = g.M // p.wg_m, g.N // p.wg_n
+    i, j = fl.placeholder_vars(2)
+    rr, jj = tirx.floormod(i, _c(WGM)), tirx.floormod(j, _c(WGN))
+    wg = tirx.floordiv(j, _c(WGN)) * _c(p.wg_m) + tirx.floordiv(i, _c(WGM))
+    r16 = tirx.floormod(rr, _c(16))
+    thread = (
+        wg * _c(128)
+        + tirx.floordiv(tirx.floormod(rr, _c(64)), _c(16)) * _c(32)
+        + tirx.floormod(r16, _c(8)) * _c(4)
+        + tirx.floordiv(tirx.floormod(jj, _c(8)), _c(2))
+    )
+    index = (
+        (tirx.floordiv(rr, _c(64)) * _c(WGN // 8) + tirx.floordiv(jj, _c(8))) * _c(4)
+        + tirx.floordiv(r16, _c(8)) * _c(2)
+        + tirx.floormod(jj, _c(2))
+    )
+    return fl.Fragment((g.M, g.N), [i, j], thread, index, num_threads, vector_size=2)
+
+
+def a_fragment(g, p: Plan, num_threads: int) -> fl.Fragment:
+    """A (M, K) in registers: per warpgroup and 64-row instruction, per 16 of K, the 4 registers of
+    the m16n8k16 A fragment of each warp; replicated over the warpgroups along N."""
+    WGM, KT = g.M // p.wg_m, g.K // 16
+    m, k = fl.placeholder_vars(2, "a")
+    rr, kk = tirx.floormod(m, _c(WGM)), tirx.floormod(k, _c(16))
+    r16 = tirx.floormod(rr, _c(16))
+    thread = (
+        tirx.floordiv(m, _c(WGM)) * _c(128)
+        + tirx.floordiv(tirx.floormod(rr, _c(64)), _c(16)) * _c(32)
+        + tirx.floormod(r16, _c(8)) * _c(4)
+        + tirx.floordiv(tirx.floormod(kk, _c(8)), _c(2))
+    )
+    reg = tirx.floordiv(r16, _c(8)) + tirx.floordiv(kk, _c(8)) * _c(2)
+    atom = tirx.floordiv(rr, _c(64)) * _c(KT) + tirx.floordiv(k, _c(16))
+    index = (atom * _c(4) + reg) * _c(2) + tirx.floormod(k, _c(2))
+    groups = [(128 * p.wg_m, p.wg_n)] if p.wg_n > 1 else []
+    return fl.Fragment((g.M, g.K), [m, k], thread, index, num_threads, groups)
+
+
+def shared_layouts(g, p: Plan) -> dict:
+    """{shared operand buffer: its gmma_panels Layout}."""
+    from tilelang.layout import layout as sl
+
+    out = {}
+    for region, bits in ((g.a, p.swz_a), (g.b, p.swz_b)):
+        if region.buffer.scope() != "local.fragment":
+            out[region.buffer] = sl.gmma_panels(tuple(int(n) for n in region.buffer.shape), 16, bits)
+    return out
+
+
+def call_name(g, p: Plan) -> str:
+    def flag(x):
+        return "true" if x else "false"
+
+    def dims(region, bits):
+        if region.buffer.scope() == "local.fragment":
+            return "0, 0, 0"
+        return f"{int(region.buffer.shape[-2])}, {int(region.buffer.shape[-1])}, {bits}"
+
+    return (
+        f"tl::wgmma_{g.kind}<{g.M}, {g.N}, {g.K}, {p.wg_m}, {p.wg_n}, {flag(g.trans_a)}, {flag(g.trans_b)}, "
+        f"{flag(g.clear)}, {dims(g.a, p.swz_a)}, {dims(g.b, p.swz_b)}>"
+    )

@@ -1,0 +1,64 @@
+"""Check `check_descriptor_alignment`: every shared tile a wgmma reads through a descriptor starts on
+its swizzle's boundary (1024/512/256 bytes for the 128/64/32-byte swizzles).
+
+The hardware applies the swizzle to absolute shared-memory address bits while tilelang lays the tile
+out relative to its start (`gmma_panels`); the two agree only on such a boundary. Runs after the
+shared tiles are merged into one block, when each tile's offset is known.
+
+Requires: `MergeSharedMemoryAllocations`. Guarantees: IR unchanged; a CompilerError naming the gemm
+and the way out (`tl.disable_wgmma`) when an offset is not provably aligned.
+"""
+
+from __future__ import annotations
+
+import re
+
+import tvm
+from tvm import ir, sym, tirx
+
+from tilelang.language.diagnostics import CompilerError
+from tilelang.transform.common import walk
+
+_CALL = re.compile(r"tl::wgmma_(ss|rs)<([^>]*)>")
+_ALIGN = {3: 1024, 2: 512, 1: 256}
+
+
+def _offset_bytes(ptr):
+    """(offset in bytes, buffer name) of a `tvm_access_ptr` or `address_of(buf[i])` argument."""
+    if isinstance(ptr, ir.Call) and ptr.op.name == "tirx.tvm_access_ptr":
+        dtype = str(ptr.args[0].ty.dtype) if hasattr(ptr.args[0], "ty") else str(ptr.args[0].dtype)
+        return ptr.args[2] * (tvm.DataType(dtype).bits // 8), str(ptr.args[1])
+    if isinstance(ptr, ir.Call) and ptr.op.name == "tirx.address_of":
+        load = ptr.args[0]
+        return load.indices[-1] * (tvm.DataType(str(load.buffer.dtype)).bits // 8), load.buffer.name
+    return None, None
+
+
+def check_descriptor_alignment(mod) -> None:
+    ana = sym.Analyzer()
+    for _, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+
+        def on_eval(stmt):
+            call = stmt.value
+            if not (isinstance(call, ir.Call) and call.op.name == "tirx.call_extern"):
+                return
+            m = _CALL.match(str(call.args[0].value))
+            if not m:
+                return
+            params = [p.strip() for p in m.group(2).split(",")]
+            swizzles = {0: int(params[10]), 1: int(params[13])} if m.group(1) == "ss" else {1: int(params[13])}
+            for arg, bits in swizzles.items():
+                offset, name = _offset_bytes(call.args[1 + arg])
+                if offset is None:
+                    continue
+                align = _ALIGN[bits]
+                if not ana.can_prove_equal(tirx.floormod(offset, align), 0):
+                    raise CompilerError(
+                        f"wgmma operand {'AB'[arg]} ({name} + {offset} bytes) is not on a {align}-byte boundary "
+                        f"in shared memory, which its {align // 8}-byte swizzle needs; compile this kernel with "
+                        f"pass_configs={{'tl.disable_wgmma': True}} and report it"
+                    )
+
+        walk(func.body, [(tirx.Evaluate, on_eval)])
