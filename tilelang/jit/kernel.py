@@ -143,9 +143,40 @@ class JITKernel:
         return self.host_source
 
     def __call__(self, *args):
+        fast = self.__dict__.get("_fast")
+        if fast is not None and len(args) == fast[0]:
+            # The common case in a few attribute reads: static shapes, the outputs last. Outputs
+            # are made with `new_empty` on the first input (its device, no torch.device object).
+            _, shapes, dtypes, fn = fast
+            try:
+                first = args[0].new_empty
+            except AttributeError:
+                return self._call(args)
+            outs = [first(s, dtype=d) for s, d in zip(shapes, dtypes)]
+            try:
+                fn(*args, *outs)
+            except (ValueError, TypeError):
+                diagnose(self.params, [*args, *outs], self.name)  # a clearer error when it can
+                raise
+            return outs[0] if len(outs) == 1 else outs
+        return self._call(args)
+
+    def _prepare_fast_call(self, fn) -> None:
+        """Precompute the common case of `__call__`: every shape static, the outputs the last params."""
+        n_in = len(self._in_idx)
+        if self._has_symbols() or not self.out_idx or self._in_idx != list(range(n_in)):
+            return
+        shapes = [tuple(self.params[k].shape) for k in self.out_idx]
+        dtypes = [_torch_dtype(self.params[k].dtype) for k in self.out_idx]
+        self._fast = (n_in, shapes, dtypes, fn)
+
+    def _call(self, args):
         import torch
 
         fn = self._ensure_built()
+        if "_fast" not in self.__dict__:
+            self._fast = None
+            self._prepare_fast_call(fn)
         if not self.out_idx:
             self._launch(fn, args)
             return None
