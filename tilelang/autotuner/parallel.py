@@ -54,12 +54,28 @@ def build(payload: bytes) -> str | None:
 
         import tilelang
 
-        factory, out_idx, target, pass_configs, args, kwargs = cloudpickle.loads(payload)
+        factory, filename, out_idx, target, pass_configs, args, kwargs = cloudpickle.loads(payload)
+        factory = with_filename(factory, filename)
         kernel = tilelang.jit(out_idx=out_idx, target=target, pass_configs=pass_configs)(factory)(*args, **kwargs)
         kernel._ensure_built()
     except Exception as err:  # noqa: BLE001 - any failure only disqualifies this configuration
         return describe_error(err)
     return None
+
+
+def with_filename(fn, filename: str | None):
+    """`fn` with the source file it was defined in. cloudpickle (3.1 and later) sends a function's
+    code with the file name '<dynamic-code>'; tracing a kernel reads its source, so the real name
+    goes back on the code object and on the code of the functions defined inside it."""
+    import types
+
+    def fix(code):
+        consts = tuple(fix(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+        return code.replace(co_filename=filename, co_consts=consts)
+
+    if filename and isinstance(fn, types.FunctionType) and fn.__code__.co_filename != filename:
+        fn.__code__ = fix(fn.__code__)
+    return fn
 
 
 def serve() -> None:

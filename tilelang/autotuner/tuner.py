@@ -227,7 +227,9 @@ class AutoTuneImpl:
         if workers > 0:
             # The resolved arch, not "auto": the workers need no GPU, and their cache keys must
             # equal the ones this process computes for the same target.
-            job = (self.jit.factory, self.jit.out_idx, arch_of(target), self.jit.pass_configs)
+            factory = self.jit.factory
+            filename = getattr(getattr(factory, "__code__", None), "co_filename", None)
+            job = (factory, filename, self.jit.out_idx, arch_of(target), self.jit.pass_configs)
             try:
                 payloads = [cloudpickle.dumps((*job, args, {**kwargs, **c})) for c in configs]
             except Exception as err:  # noqa: BLE001 - e.g. a lock in the factory's closure

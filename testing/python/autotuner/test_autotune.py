@@ -236,7 +236,19 @@ def crash(N):
 
 
 def job(factory, *args, **kwargs):
-    return cloudpickle.dumps((factory, [-1], "sm_80", None, args, kwargs))
+    return cloudpickle.dumps((factory, factory.__code__.co_filename, [-1], "sm_80", None, args, kwargs))
+
+
+def test_a_factory_sent_by_value_finds_its_source_again():
+    """cloudpickle 3.1+ names the code of a function sent by value '<dynamic-code>'; the worker puts
+    the real file back on it and on the code of the kernel defined inside, which tracing reads."""
+    fn = cloudpickle.loads(cloudpickle.dumps(scale.factory))
+    fn.__code__ = fn.__code__.replace(co_filename="<dynamic-code>")  # what cloudpickle 3.1 sends
+    fixed = parallel.with_filename(fn, scale.factory.__code__.co_filename)
+    assert fixed.__code__.co_filename == __file__ or fixed.__code__.co_filename.endswith("test_autotune.py")
+    nested = [c for c in fixed.__code__.co_consts if hasattr(c, "co_filename")]
+    assert nested and all(c.co_filename == fixed.__code__.co_filename for c in nested)
+    assert fixed(1024, 64) is not None  # traces: the kernel's source is found
 
 
 def test_pool_survives_crashes_and_ends_jobs_past_the_timeout(cache_dir):
