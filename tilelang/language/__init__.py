@@ -60,7 +60,7 @@ from tilelang.language.allocate import (  # noqa: F401
     alloc_shared,
     alloc_var,
 )
-from tilelang.language.annotations import annotate_layout, use_swizzle  # noqa: F401
+from tilelang.language.annotations import Fragment, annotate_layout, use_swizzle  # noqa: F401
 from tilelang.language.dtypes import (  # noqa: F401
     bfloat16,
     boolean,

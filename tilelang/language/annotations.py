@@ -41,6 +41,8 @@ def annotate_layout(layout_map: dict):
                 f"T.annotate_layout: the layout for '{buffer.name}' is for shape {list(layout.shape)}, "
                 f"but the buffer has shape {list(shape)}"
             )
+        if buffer.scope() == "local" and isinstance(layout, Fragment):
+            continue  # a per-thread buffer: every thread has its own copy, nothing to pin
         is_fragment = buffer.scope() == "local.fragment"
         if is_fragment != isinstance(layout, Fragment):
             raise UserError(
@@ -49,6 +51,38 @@ def annotate_layout(layout_map: dict):
             )
         annotated_layouts[buffer] = layout
     return None  # nothing to emit: prim_func stores the layouts as a function attribute
+
+
+def Fragment(shape, forward_thread_fn=None, forward_index_fn=None, replicate=1, forward_fn=None):  # noqa: N802
+    """A fragment layout from Python functions of the element's indices (TileLang's `T.Fragment`):
+    `forward_thread_fn(*idx)` gives the thread holding the element and `forward_index_fn(*idx)` its
+    register; `forward_fn(*idx)` may give both as a pair.
+
+    Example: T.annotate_layout({acc: T.Fragment(acc.shape, lambda i, j: i % 128, lambda i, j: j)})
+    """
+    from tilelang.layout import fragment as fl
+    from tilelang.layout.evaluate import evaluate, grid
+
+    shape = tuple(int(s) for s in shape)
+    if int(replicate) != 1:
+        raise UserError("T.Fragment: replicate other than 1 is not supported; use tilelang.layout fragments")
+    vars_ = fl.placeholder_vars(len(shape))
+    if forward_fn is not None:
+        thread, index = forward_fn(*vars_)
+    elif forward_thread_fn is not None:
+        thread = forward_thread_fn(*vars_)
+        index = forward_index_fn(*vars_) if forward_index_fn is not None else None
+    else:
+        raise UserError("T.Fragment: give forward_thread_fn (and forward_index_fn), or forward_fn")
+    thread = tirx.IntImm("int32", thread) if isinstance(thread, int) else thread
+    if index is None:  # one register per element of a thread, in row-major order
+        flat = tirx.const(0, "int32")
+        for v, n in zip(vars_, shape):
+            flat = flat * n + v
+        index = flat
+    index = tirx.IntImm("int32", index) if isinstance(index, int) else index
+    threads = int(evaluate(thread, dict(zip(vars_, grid(shape)))).max()) + 1
+    return fl.Fragment(shape, vars_, thread, index, threads)
 
 
 _ORDERS = {"row": 0, "column": 1, "col": 1}

@@ -78,6 +78,15 @@ class Region:
         return f"{self.name}[{dims}]"
 
 
+def extents_differ(a, b) -> bool:
+    """Whether two tile extents are provably different (constants that differ, or an inequality the
+    analyzer proves). Extents it cannot decide yet (`kv_end - kv_start` of two bound values) are
+    checked again once the bindings are known (`check_same_extents`)."""
+    if const_int(a) is not None and const_int(b) is not None:
+        return const_int(a) != const_int(b)
+    return sym.Analyzer().can_prove(a != b)
+
+
 def same_extent(a, b) -> bool:
     """Whether two tile extents are equal: as constants, or provably (dynamic extents such as `m`)."""
     if const_int(a) is not None and const_int(b) is not None:

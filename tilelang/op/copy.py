@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from tilelang.language.diagnostics import UserError
+from tilelang.language.diagnostics import UserError, at_span
 from tilelang.op import base
 from tilelang.op.loops import build_parallel_nest
 from tilelang.utils.ir import const_int, is_one, is_zero
@@ -38,24 +38,34 @@ def copy(src, dst, *, coalesced_width=None, disable_tma=False, eviction_policy=N
     """
     s, d = base.to_region_pair(src, dst, "T.copy")
     s_tile, d_tile = s.nonunit_extents(), d.nonunit_extents()
-    if len(s_tile) != len(d_tile) or not all(base.same_extent(a, b) for a, b in zip(s_tile, d_tile)):
-        raise UserError(
-            f"T.copy: the source {s.describe()} is a tile of shape {_fmt(s_tile)} but the destination "
-            f"{d.describe()} is a tile of shape {_fmt(d_tile)}; the shapes (without unit dimensions) must match"
-        )
+    if len(s_tile) != len(d_tile) or any(base.extents_differ(a, b) for a, b in zip(s_tile, d_tile)):
+        raise UserError(_shape_mismatch(s, d))
     # The last argument marks a copy issued asynchronously (cp.async) by a pipelined loop.
     args = [s.to_ir(), d.to_ir(), tirx.const(int(coalesced_width or 0), "int32"), tirx.const(0, "int32")]
     return base.make_call(NAME, args)
+
+
+def _shape_mismatch(s, d) -> str:
+    return (
+        f"T.copy: the source {s.describe()} is a tile of shape {_fmt(s.nonunit_extents())} but the "
+        f"destination {d.describe()} is a tile of shape {_fmt(d.nonunit_extents())}; the shapes (without "
+        f"unit dimensions) must match"
+    )
 
 
 def _fmt(extents) -> str:
     return "(" + ", ".join(str(e) for e in extents) + ")"
 
 
-def lower_simt(call, span=None) -> tirx.Stmt:
-    """The copy as a parallel loop nest over the destination tile."""
+def lower_simt(call, span=None, analyzer=None) -> tirx.Stmt:
+    """The copy as a parallel loop nest over the destination tile. With `analyzer` (knowing the
+    kernel's bindings), extents that parsing could not compare must now be provably equal."""
     s = base.Region.from_ir(call.args[0])
     d = base.Region.from_ir(call.args[1])
+    if analyzer is not None:
+        pairs = zip(s.nonunit_extents(), d.nonunit_extents())
+        if not all(base.same_extent(a, b) or analyzer.can_prove_equal(a, b) for a, b in pairs):
+            raise at_span(_shape_mismatch(s, d), span)
     width = const_int(call.args[2]) or 0
     is_async = len(call.args) > 3 and const_int(call.args[3]) == 1
     src_dims = [k for k, e in enumerate(s.extents) if not is_one(e)]

@@ -10,20 +10,24 @@ which then spreads these loops over the threads like any element-wise loop.
 
 from __future__ import annotations
 
-import tvm_ffi
 from tvm import tirx
 
 from tilelang.op import atomic, base, copy, fill
+from tilelang.transform.common import Scope, mutate_with_scope
 
 _LOWERINGS = {copy.NAME: copy.lower_simt, fill.NAME: fill.lower, atomic.NAME: atomic.lower}
 
 
 def expand_elementwise_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    def on_eval(stmt):
+    scope = Scope()  # the bindings in scope settle copy extents parsing could not compare
+
+    def on_eval(stmt, recurse):
         call = stmt.value
+        if base.is_tile_op(call, copy.NAME):
+            return copy.lower_simt(call, stmt.span, scope.analyzer)
         for name, lower in _LOWERINGS.items():
             if base.is_tile_op(call, name):
                 return lower(call, stmt.span)
         return stmt
 
-    return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.Evaluate, on_eval)]))
+    return func.with_body(mutate_with_scope(func.body, scope, {tirx.Evaluate: on_eval}))

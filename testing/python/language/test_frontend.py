@@ -218,3 +218,56 @@ def test_kernel_rejects_four_grid_dims():
 def test_user_error_type():
     assert issubclass(UserError, ValueError)
     assert isinstance(ir.Op.get(base.register_op("copy")), ir.Op)
+
+
+def test_fragment_from_python_functions_pins_a_fragment_and_is_ignored_on_locals():
+    """TileLang's T.Fragment(shape, forward_thread_fn, forward_index_fn): a fragment annotation
+    built from lambdas; on a per-thread (alloc_local) buffer it pins nothing."""
+    import tilelang
+    from tilelang.layout.evaluate import evaluate, grid
+
+    frag = T.Fragment((128, 4), forward_thread_fn=lambda i, j: i, forward_index_fn=lambda i, j: j)
+    i, j = grid((128, 4))
+    assert frag.num_threads == 128
+    assert (evaluate(frag.base, {frag.vars[0]: i, frag.vars[1]: j}) == i).all()
+    assert (evaluate(frag.index, {frag.vars[0]: i, frag.vars[1]: j}) == j).all()
+
+    @T.prim_func
+    def main(A: T.Tensor((128, 4), "float32"), B: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128):
+            acc = T.alloc_fragment((128, 4), "float32")
+            total = T.alloc_local([1], "float32")
+            T.annotate_layout({acc: frag, total: T.Fragment(total.shape, forward_thread_fn=lambda i: i)})
+            T.copy(A, acc)
+            T.clear(total)
+            for k in T.serial(4):
+                total[0] += A[0, k]
+            for r in T.Parallel(128):
+                B[r] = acc[r, 0] + acc[r, 3] + total[0]
+
+    src = tilelang.compile(main, target="sm_80").get_kernel_source()
+    assert "__global__" in src
+
+
+def _copy_with_bound_bounds(length):
+    @T.prim_func
+    def main(A: T.Tensor((256, 64), "float16"), B: T.Tensor((256, 64), "float16")):
+        with T.Kernel(4, threads=128) as bx:
+            s = T.alloc_shared((64, 64), "float16")
+            start = bx * 64
+            end = bx * 64 + length
+            T.copy(A[start:end, :], s)
+            T.copy(s, B[start:end, :])
+
+    return main
+
+
+def test_copy_extents_from_bound_values_are_checked_once_the_bindings_are_known():
+    """`A[start:end]` with `start`/`end` bound to expressions (public MLA kernels do this): parsing
+    cannot compare `end - start` with the tile, lowering can."""
+    import tilelang
+    from tilelang.language.diagnostics import UserError
+
+    assert "__global__" in tilelang.compile(_copy_with_bound_bounds(64), target="sm_80").get_kernel_source()
+    with pytest.raises(UserError, match=r"(?s)shapes .*must match.*T.copy\(A\[start:end"):
+        tilelang.compile(_copy_with_bound_bounds(32), target="sm_80")
