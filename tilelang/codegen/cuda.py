@@ -187,6 +187,15 @@ def _run_all(commands: list[list[str]], what: list[str], times: dict | None = No
             raise CompileError(f"{name} failed:\n{proc.stderr[-6000:]}")
 
 
+def _device_command(flags, cu: str, cubin: str) -> list[str]:
+    return [env.nvcc_path(), *flags, "-cubin", "-o", cubin, cu]
+
+
+def _host_command(flags, cc: str) -> list[str]:
+    """Compile the host unit to `cc + ".o"`."""
+    return [env.host_compiler(), *flags, "-c", "-o", cc + ".o", cc]
+
+
 def build_library(
     device_src: str,
     host_src: str,
@@ -215,8 +224,8 @@ def build_library(
         try:
             _run_all(
                 [
-                    [env.nvcc_path(), *dflags, "-cubin", "-o", cubin, cu],
-                    [env.host_compiler(), *hflags, "-c", "-o", cc + ".o", cc],
+                    _device_command(dflags, cu, cubin),
+                    _host_command(hflags, cc),
                 ],
                 ["nvcc", "host c++"],
                 times,
@@ -243,13 +252,13 @@ def compile_object(device_src: str, target, fast_math: bool = False, host_src: s
     """Compile the units without linking (for tests on machines without a GPU)."""
     with tempfile.TemporaryDirectory() as tmp:
         cu, cc = os.path.join(tmp, "device.cu"), os.path.join(tmp, "host.cc")
-        commands = [[env.nvcc_path(), *nvcc_flags(target, fast_math), "-cubin", "-o", cu + ".cubin", cu]]
+        commands = [_device_command(nvcc_flags(target, fast_math), cu, cu + ".cubin")]
         what = [f"nvcc ({arch_of(target)})"]
         with open(cu, "w") as f:
             f.write(device_src)
         if host_src is not None:
             with open(cc, "w") as f:
                 f.write(host_src)
-            commands.append([env.host_compiler(), *host_flags(), "-c", "-o", cc + ".o", cc])
+            commands.append(_host_command(host_flags(), cc))
             what.append("host compiler")
         _run_all(commands, what)

@@ -19,6 +19,7 @@ For the same reason it has its own short argument checks instead of sharing tile
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import operator
@@ -149,10 +150,8 @@ class ExportedKernel:
         return sizes
 
     def _size(self, dim, sizes: dict, param: Param) -> int:
-        if isinstance(dim, int):
-            return dim
         try:
-            return _evaluate(ast.parse(dim, mode="eval").body, sizes)
+            return evaluate_dim(dim, sizes)
         except KeyError as missing:
             raise ValueError(
                 f"{self.name}: cannot allocate output '{param.name}' of shape {list(param.shape)}: no input "
@@ -180,15 +179,33 @@ class ExportedKernel:
             raise ValueError(f"{where}, got " + ", ".join(problems))
 
 
-# Integer arithmetic only, so a sidecar cannot make the loader run code.
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
-_BINARY[ast.Mod] = operator.mod
-_CALLS = {"min": min, "max": max}
+# Dimension expressions ("m * 2 + 1"), shared with tilelang.jit.params (this file must stay free of
+# tilelang imports, so the evaluator lives here). Integer arithmetic only, so a corrupt sidecar or
+# cache entry cannot make the loader run code.
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+CALLS = {"min": min, "max": max}
+
+
+@functools.cache
+def parse_dim(expression: str):
+    return ast.parse(expression, mode="eval").body
+
+
+def evaluate_dim(dim, sizes: dict) -> int:
+    """The size of dimension `dim` (int, symbol or expression) given the symbol sizes; KeyError
+    names the first symbol `sizes` lacks."""
+    if isinstance(dim, int):
+        return dim
+    return _evaluate(parse_dim(dim), sizes)
 
 
 def _evaluate(node, sizes: dict) -> int:
-    """The value of a dimension expression ("m * 2 + 1") given the symbol sizes; KeyError names a
-    symbol `sizes` lacks."""
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
         return node.value
     if isinstance(node, ast.Name):
@@ -197,6 +214,6 @@ def _evaluate(node, sizes: dict) -> int:
         return _BINARY[type(node.op)](_evaluate(node.left, sizes), _evaluate(node.right, sizes))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return -_evaluate(node.operand, sizes)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS:
-        return _CALLS[node.func.id](*(_evaluate(a, sizes) for a in node.args))
-    raise ValueError(f"unsupported dimension expression in the sidecar: {ast.unparse(node)}")
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in CALLS:
+        return CALLS[node.func.id](*(_evaluate(a, sizes) for a in node.args))
+    raise ValueError(f"unsupported dimension expression: {ast.unparse(node)}")

@@ -153,11 +153,7 @@ class JITKernel:
             except AttributeError:
                 return self._call(args)
             outs = [first(s, dtype=d) for s, d in zip(shapes, dtypes)]
-            try:
-                fn(*args, *outs)
-            except (ValueError, TypeError):
-                diagnose(self.params, [*args, *outs], self.name)  # a clearer error when it can
-                raise
+            self._launch(fn, [*args, *outs])
             return outs[0] if len(outs) == 1 else outs
         return self._call(args)
 
@@ -208,9 +204,7 @@ class JITKernel:
         return outs[0] if len(outs) == 1 else outs
 
     def _has_symbols(self) -> bool:
-        if getattr(self, "_symbols", None) is None:
-            self._symbols = any(isinstance(d, str) for p in self.params for d in p.shape)
-        return self._symbols
+        return not all(p.is_static for p in self.params)
 
     def _launch(self, fn, args):
         try:

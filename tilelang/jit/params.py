@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import ast
 import functools
-import operator
 from dataclasses import dataclass
+
+from tilelang.jit.exported import CALLS, evaluate_dim, parse_dim
 
 # The largest size a symbol of each dtype holds (the launcher reads sizes into variables of that type).
 _SYMBOL_MAX = {"int32": 2**31 - 1, "int64": 2**63 - 1}
@@ -85,48 +86,6 @@ def _symbols_in(expr) -> list:
     found = []
     tvm_ffi.structural_walk(expr, [(ir.Var, found.append)])
     return [v for v in found if not tirx.is_buffer_var(v)]
-
-
-# ---- evaluating dimensions -------------------------------------------------------------------------
-
-_BINARY = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-}
-_CALLS = {"min": min, "max": max}
-
-
-@functools.cache
-def _parse(expression: str):
-    return ast.parse(expression, mode="eval").body
-
-
-def evaluate_dim(dim, bindings: dict) -> int:
-    """The size of dimension `dim` (int, symbol or expression) given symbol sizes `bindings`.
-
-    Raises KeyError naming the first symbol that `bindings` lacks. Only integer arithmetic
-    (+ - * // % min max) is evaluated, so a corrupt cache entry cannot run code.
-    """
-    if isinstance(dim, int):
-        return dim
-    return _eval(_parse(dim), bindings)
-
-
-def _eval(node, bindings):
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.Name):
-        return bindings[node.id]
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        return _BINARY[type(node.op)](_eval(node.left, bindings), _eval(node.right, bindings))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_eval(node.operand, bindings)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS:
-        return _CALLS[node.func.id](*(_eval(a, bindings) for a in node.args))
-    raise ValueError(f"unsupported dimension expression: {ast.unparse(node)}")
 
 
 # ---- checks of a call ----------------------------------------------------------------------------
@@ -227,7 +186,7 @@ def _shape_of(param, arg, position, kernel_name):
 
 
 def _names(expression: str) -> list[str]:
-    return sorted({n.id for n in ast.walk(_parse(expression)) if isinstance(n, ast.Name) and n.id not in _CALLS})
+    return sorted({n.id for n in ast.walk(parse_dim(expression)) if isinstance(n, ast.Name) and n.id not in CALLS})
 
 
 def _check_fits(param, d, name, size, position, kernel_name):

@@ -10,6 +10,7 @@ canonical GMMA layouts); an A operand in registers and C take the register layou
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 
 from tvm import tirx
@@ -173,3 +174,17 @@ def call_name(g, p: Plan) -> str:
         f"tl::wgmma_{g.kind}<{g.M}, {g.N}, {g.K}, {p.wg_m}, {p.wg_n}, {flag(g.trans_a)}, {flag(g.trans_b)}, "
         f"{flag(g.clear)}, {dims(g.a, p.swz_a)}, {dims(g.b, p.swz_b)}>"
     )
+
+
+_CALL = re.compile(r"tl::wgmma_(ss|rs)<([^>]*)>")
+
+
+def descriptor_swizzles(name: str) -> dict | None:
+    """The inverse of `call_name` for what reads shared memory through descriptors: {operand index
+    (0 = A, 1 = B): swizzle bits}, or None when `name` is not a wgmma call."""
+    m = _CALL.match(name)
+    if not m:
+        return None
+    params = m.group(2).split(",")
+    swz_a, swz_b = int(params[10]), int(params[13])  # after M, N, K, WgM, WgN, 3 flags, RowsA, LdA / RowsB, LdB
+    return {0: swz_a, 1: swz_b} if m.group(1) == "ss" else {1: swz_b}

@@ -11,15 +11,13 @@ and the way out (`tl.disable_wgmma`) when an offset is not provably aligned.
 
 from __future__ import annotations
 
-import re
-
 import tvm
 from tvm import ir, sym, tirx
 
 from tilelang.language.diagnostics import CompilerError
+from tilelang.op import gemm_wgmma
 from tilelang.transform.common import walk
 
-_CALL = re.compile(r"tl::wgmma_(ss|rs)<([^>]*)>")
 _ALIGN = {3: 1024, 2: 512, 1: 256}
 
 
@@ -44,11 +42,7 @@ def check_descriptor_alignment(mod) -> None:
             call = stmt.value
             if not (isinstance(call, ir.Call) and call.op.name == "tirx.call_extern"):
                 return
-            m = _CALL.match(str(call.args[0].value))
-            if not m:
-                return
-            params = [p.strip() for p in m.group(2).split(",")]
-            swizzles = {0: int(params[10]), 1: int(params[13])} if m.group(1) == "ss" else {1: int(params[13])}
+            swizzles = gemm_wgmma.descriptor_swizzles(str(call.args[0].value)) or {}
             for arg, bits in swizzles.items():
                 offset, name = _offset_bytes(call.args[1 + arg])
                 if offset is None:

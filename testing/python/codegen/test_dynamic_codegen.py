@@ -26,7 +26,11 @@ def vector_add(block=1024, threads=256, symbol_dtype="int32"):
 
 
 def matmul_dynamic_m(N, K, block_M=128, block_N=128, block_K=32, symbol_dtype="int32"):
-    M = T.dynamic("m", symbol_dtype)
+    return _matmul(T.dynamic("m", symbol_dtype), N, K, block_M, block_N, block_K, num_stages=3)
+
+
+def _matmul(M, N, K, block_M, block_N, block_K, num_stages):
+    """The example GEMM over any mix of static and dynamic M, N, K."""
 
     @T.prim_func
     def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
@@ -35,7 +39,7 @@ def matmul_dynamic_m(N, K, block_M=128, block_N=128, block_K=32, symbol_dtype="i
             B_shared = T.alloc_shared((block_K, block_N), "float16")
             C_local = T.alloc_fragment((block_M, block_N), "float32")
             T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=3):
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                 T.copy(A[by * block_M, k * block_K], A_shared)
                 T.copy(B[k * block_K, bx * block_N], B_shared)
                 T.gemm(A_shared, B_shared, C_local)
@@ -115,22 +119,7 @@ def test_dynamic_library_builds_links_and_loads(tmp_path):
 
 
 def matmul_all_dynamic(block_M=64, block_N=64, block_K=32):
-    M, N, K = T.dynamic("m, n, k")
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-            A_shared = T.alloc_shared((block_M, block_K), "float16")
-            B_shared = T.alloc_shared((block_K, block_N), "float16")
-            C_local = T.alloc_fragment((block_M, block_N), "float32")
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
-                T.copy(A[by * block_M, k * block_K], A_shared)
-                T.copy(B[k * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C[by * block_M, bx * block_N])
-
-    return main
+    return _matmul(*T.dynamic("m, n, k"), block_M, block_N, block_K, num_stages=2)
 
 
 def test_gemm_with_every_dimension_dynamic_guards_and_compiles():
