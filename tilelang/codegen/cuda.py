@@ -38,6 +38,7 @@ _HEADERS = [
     ("tl::gemm_", "gemm_mma.h"),
     ("tl::wgmma_", "gemm_wgmma.h"),
     ("tl::cp_async", "copy_async.h"),
+    ("tl::mbarrier_", "tma.h"),
 ]
 
 
@@ -69,7 +70,11 @@ def _device_module(lowered):
 
 def device_source(lowered) -> str:
     """The device unit (what `kernel.get_kernel_source()` shows)."""
-    return _with_headers(_device_module(lowered).inspect_source("cuda"))
+    code = _device_module(lowered).inspect_source("cuda")
+    # Swizzled tiles (wgmma descriptors, TMA boxes) sit at 1024-byte offsets of the shared block,
+    # and the hardware swizzles absolute address bits: the block itself starts on 1024 bytes.
+    code = re.sub(r"extern __shared__ __align__\(\d+\) ", "extern __shared__ __align__(1024) ", code)
+    return _with_headers(code)
 
 
 _KERNEL_DEF = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(([^)]*)\)\s*\{')
@@ -92,6 +97,9 @@ def kernel_signatures(device_src: str) -> dict[str, list[str]]:
 def host_source(lowered, device_src: str) -> str:
     """The host unit: TVM's launcher, its kernel references bound to the cubin's kernels."""
     code = _build_utils.codegen_build(lowered.host_mod, lowered.target.host).inspect_source()
+    # TMA descriptors are encoded through the driver, reached via the runtime (no -lcuda to link).
+    code = code.replace("cuTensorMapEncodeTiled(", "tl_host::tensor_map_encode_tiled(")
+    code = code.replace("cuGetErrorString(", "tl_host::driver_error_string(")
     lines = ['#include "tl_templates/host/launch.h"']
     for name, types in kernel_signatures(device_src).items():
         sig = f"tl_host::Kernel<void({', '.join(types)})>"

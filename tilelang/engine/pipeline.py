@@ -7,6 +7,7 @@ config `tl.dump_ir`) writes the IR after every pass, numbered in pipeline order.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from dataclasses import dataclass
 
@@ -16,14 +17,18 @@ from tvm import s_tir, tirx
 from tilelang.language.diagnostics import CompilerError, UserError
 from tilelang.transform import pass_config
 from tilelang.transform.check_descriptor_alignment import check_descriptor_alignment
-from tilelang.transform.check_shared_memory import check_shared_memory, user_shared_tiles
+from tilelang.transform.check_shared_memory import SharedMemoryOverLimit, check_shared_memory, user_shared_tiles
+from tilelang.transform.common import collect
+from tilelang.transform.consumer_barriers import consumer_barriers
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import infer_layout
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
 from tilelang.transform.lower_tile_ops import lower_tile_ops
 from tilelang.transform.pipeline_loops import pipeline_loops
 from tilelang.transform.rasterize_blocks import rasterize_blocks
+from tilelang.transform.warp_specialize import CONSUMER_BRANCH, warp_specialize
 
+logger = logging.getLogger("tilelang")
 _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
 
 
@@ -45,6 +50,9 @@ def _tile_passes():
         # Parallel loops and tile ops become per-thread code; fragments become register arrays,
         # annotated shared tiles are re-indexed through their layout.
         ("lower_tile_ops", lower_tile_ops),
+        # A warp-specialized loop gets its producer warpgroup: threads split into the two roles
+        # (before any simplification that knows the old thread count).
+        ("warp_specialize", warp_specialize),
     ]
 
 
@@ -69,6 +77,8 @@ def _tvm_passes(config: dict):
         # block, so a tile reusing another's bytes waits for that tile's last readers.
         ("thread_sync_shared", s_tir.transform.ThreadSync("shared")),
         ("thread_sync_shared_dyn", s_tir.transform.ThreadSync("shared.dyn")),
+        # Barriers inside a warp-specialized kernel's consumer branch wait for the consumers only.
+        ("consumer_barriers", consumer_barriers()),
         # Each T.Kernel becomes a __global__ function; the host function launches them in order.
         ("split_host_device", tirx.transform.SplitHostDevice()),
         # The host entry checks every tensor argument (dtype, shape, strides, device).
@@ -100,6 +110,28 @@ class Lowered:
 def lower(func: tirx.PrimFunc, target, config: dict | None = None, name: str = "main") -> Lowered:
     """Run the pipeline on one kernel function for `target` (a tvm Target with host cuda_host)."""
     config = dict(config or {})
+    try:
+        return _lower(func, target, config, name)
+    except SharedMemoryOverLimit:
+        # A warp-specialized kernel keeps every tile of its consumer branch live at once (the merge
+        # cannot reuse bytes across the producer/consumer split); without it the tiles may fit.
+        key = str(pass_config.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED)
+        if config.get(key) or not _specializes(func, target, config):
+            raise
+        logger.debug("kernel '%s': over the shared-memory limit when warp-specialized; compiling without", name)
+        return _lower(func, target, {**config, key: True}, name)
+
+
+def _specializes(func, target, config) -> bool:
+    """Whether lowering `func` makes a warp-specialized kernel (runs the passes up to that point)."""
+    mod = tirx.transform.BindTarget(target)(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))
+    with pass_config.active(config):
+        for _, p in [(n, _apply_to_funcs(f)) for n, f in _tile_passes()]:
+            mod = p(mod)
+    return any(a.attr_key == CONSUMER_BRANCH for f in mod.functions.values() for a in collect(f.body, tirx.AttrStmt))
+
+
+def _lower(func: tirx.PrimFunc, target, config: dict, name: str) -> Lowered:
     dump_dir = config.get("tl.dump_ir") or os.environ.get("TILELANG_DUMP_IR")
     mod = tvm.IRModule({name: func.with_attr("global_symbol", name)})
     mod = tirx.transform.BindTarget(target)(mod)

@@ -94,7 +94,7 @@ from tilelang.op.atomic import atomic_add  # noqa: F401
 from tilelang.op.copy import copy  # noqa: F401
 from tilelang.op.cumsum import cumsum  # noqa: F401
 from tilelang.op.fill import clear, fill  # noqa: F401
-from tilelang.op.gemm import GemmWarpPolicy, gemm  # noqa: F401
+from tilelang.op.gemm import GemmWarpPolicy, gemm, wait_wgmma  # noqa: F401
 from tilelang.op.reduce import reduce, reduce_absmax, reduce_abssum, reduce_max, reduce_min, reduce_sum  # noqa: F401
 
 bool = boolean  # noqa: A001  (T.bool, as TileLang spells it)

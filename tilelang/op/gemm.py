@@ -95,8 +95,21 @@ def gemm(
         tirx.const(int(bool(transpose_B)), "int32"),
         tirx.const(int(policy), "int32"),
         tirx.const(int(bool(clear_accum)), "int32"),
+        tirx.const(int(wg_wait), "int32"),
     ]
     return base.make_call(NAME, args)
+
+
+def wait_wgmma(pending: int = 0):
+    """Wait until at most `pending` of this thread's asynchronous wgmma gemms (issued with
+    `wg_wait=-1`) are still running; their accumulators may be read after it.
+
+    Example:
+        T.gemm(A_shared, B_shared, C_local, wg_wait=-1)
+        ...                                   # work that does not touch C_local
+        T.wait_wgmma(0)
+    """
+    return tirx.call_extern("void", f"tl::wgmma_wait<{int(pending)}>")
 
 
 class Gemm:
@@ -107,6 +120,12 @@ class Gemm:
         self.trans_a, self.trans_b = bool(int(call.args[3].value)), bool(int(call.args[4].value))
         self.policy = GemmWarpPolicy(int(call.args[5].value))
         self.clear = bool(int(call.args[6].value))
+        # wgmma only: how many of this thread's wgmma groups may still run when the call returns
+        # (0: all done; -1: no wait, T.wait_wgmma later). mma.sync gemms always complete.
+        self.wg_wait = int(call.args[7].value) if len(call.args) > 7 else 0
+        # Set by the pipeline planner when both operands are written only by TMA (async proxy),
+        # so the wgmma needs no proxy fence before reading them.
+        self.async_operands = bool(int(call.args[8].value)) if len(call.args) > 8 else False
         self.M, self.N = (int(x) for x in self.c.nonunit_extents())
         a_shape = [int(x) for x in self.a.nonunit_extents()]
         self.K = a_shape[0] if self.trans_a else a_shape[1]

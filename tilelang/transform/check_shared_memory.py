@@ -47,6 +47,10 @@ def user_shared_tiles(func) -> list[tuple[str, tuple, str, int]]:
     return tiles
 
 
+class SharedMemoryOverLimit(UserError):
+    """A kernel needs more shared memory than its target has."""
+
+
 def check_shared_memory(mod, target, tiles) -> None:
     """Raise a UserError if a kernel of `mod` (after the merge) needs more than the target allows."""
     limit = shared_memory_limit(target)
@@ -63,7 +67,7 @@ def check_shared_memory(mod, target, tiles) -> None:
             listing = "\n".join(
                 f"    {name}: {list(shape)} {dtype} = {size / 1024:.1f} KiB" for name, shape, dtype, size in tiles
             )
-            raise UserError(
+            raise SharedMemoryOverLimit(
                 f"kernel '{gv.name_hint}' needs {total / 1024:.1f} KiB of shared memory, but {arch_of(target)} allows "
                 f"{limit / 1024:.0f} KiB per block. Its shared tiles:\n{listing}\n"
                 f"Use smaller tiles or fewer pipeline stages."

@@ -42,8 +42,8 @@ class Scope:
             iv = stmt.node
             self.analyzer.bind(iv.var, ir.Range.from_min_extent(0, stmt.value))
             self.threads[iv.thread_tag] = (iv.var, stmt.value)
-        elif isinstance(stmt, tirx.Bind):
-            self.analyzer.bind(stmt.var, stmt.value)
+        elif isinstance(stmt, tirx.Bind) and not isinstance(stmt.var.ty, ir.PointerType):
+            self.analyzer.bind(stmt.var, stmt.value)  # (handles, e.g. TMA descriptors, have no value range)
 
     def provably(self, lower, expr, upper) -> bool:
         """Whether `lower <= expr < upper` holds (either bound may be None), given the scope's facts."""

@@ -20,7 +20,7 @@ from tvm import ir, tirx
 
 from tilelang.language.diagnostics import at_span
 from tilelang.layout import fragment as fl
-from tilelang.op import base, cumsum, parallel
+from tilelang.op import base, cumsum, parallel, tma
 from tilelang.op import gemm as gemm_op
 from tilelang.op import reduce as reduce_op
 from tilelang.transform.common import Scope, collect, is_thread_extent, mutate_with_scope, walk
@@ -33,15 +33,22 @@ from tilelang.transform.infer_layout import (
 )
 from tilelang.utils.ir import seq
 
-_OP_LOWERINGS = {reduce_op.NAME: reduce_op.lower, cumsum.NAME: cumsum.lower, gemm_op.NAME: gemm_op.lower}
+_OP_LOWERINGS = {
+    reduce_op.NAME: reduce_op.lower,
+    cumsum.NAME: cumsum.lower,
+    gemm_op.NAME: gemm_op.lower,
+    tma.NAME: tma.lower,
+}
 
 
 class LowerContext:
     """What an op's lowering may ask for."""
 
-    def __init__(self, fragments, scope, target=None):
+    def __init__(self, fragments, scope, target=None, shared_layouts=None):
         self.target = target
         self._fragments = fragments
+        self._shared_layouts = shared_layouts or {}
+        self.tensor_maps = []  # TMA descriptors (op/tma.py TensorMap) the host encodes before the launch
         self._locals = {
             b: tirx.decl_buffer((f.local_size,), str(b.dtype), f"{b.name}_local", scope="local")
             for b, f in fragments.items()
@@ -63,6 +70,11 @@ class LowerContext:
 
     def fragment_layout(self, buffer) -> fl.Fragment:
         return self._fragments[buffer]
+
+    def shared_layout(self, buffer):
+        """The layout inference gave a shared tile (None: row-major)."""
+        value = self._shared_layouts.get(buffer)
+        return shared_layout_from_ir(value) if value is not None else None
 
     def local_of(self, buffer):
         return self._locals[buffer]
@@ -103,7 +115,8 @@ def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
     if func.attrs is not None and FRAGMENT_LAYOUTS in func.attrs:
         fragments = {b: fl.from_ir(v) for b, v in func.attrs[FRAGMENT_LAYOUTS].items()}
     scope = Scope()
-    ctx = LowerContext(fragments, scope, func.attrs.get("target") if func.attrs is not None else None)
+    attrs = func.attrs if func.attrs is not None else {}
+    ctx = LowerContext(fragments, scope, attrs.get("target"), attrs.get(SHARED_LAYOUTS))
 
     def on_for(loop, recurse):
         if LOOP_LAYOUT not in loop.annotations:
@@ -143,6 +156,8 @@ def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
     _check_no_fragment_left(body)
     if func.attrs is not None and SHARED_LAYOUTS in func.attrs:
         body = _apply_shared_layouts(body, func.attrs[SHARED_LAYOUTS])
+    if ctx.tensor_maps:  # encoded by the host before the launch: the kernel takes them as parameters
+        body = seq([st for m in ctx.tensor_maps for st in m.host_stmts()] + [body])
     func = func.with_body(body)
     for key in (FRAGMENT_LAYOUTS, SHARED_LAYOUTS):
         if func.attrs is not None and key in func.attrs:

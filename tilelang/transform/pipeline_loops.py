@@ -26,6 +26,8 @@ two statements, or by a consumer).
 
 from __future__ import annotations
 
+import logging
+
 import tvm_ffi
 from tvm import ir, tirx
 
@@ -33,7 +35,11 @@ from tilelang.language.diagnostics import at_span
 from tilelang.layout.fragment import substitute
 from tilelang.op import base
 from tilelang.op import copy as copy_op
+from tilelang.transform import pipeline_tma
+from tilelang.transform.common import Scope, mutate_with_scope
 from tilelang.utils.ir import collect, seq
+
+logger = logging.getLogger("tilelang")
 
 
 def _call(name, *args):
@@ -76,7 +82,7 @@ def _written(stmt):
     return out
 
 
-def _versioned(stmt, buffers: dict, version):
+def versioned(stmt, buffers: dict, version):
     """Accesses of each multi-buffered tile in `stmt` go to buffer `version` of its new version."""
 
     def on_region(r):
@@ -156,7 +162,7 @@ def _plan(loop, stages: int):
     return producers, ordered, tiles
 
 
-def _pipeline(loop, stages: int, new_tiles: dict):
+def _pipeline(loop, stages: int, new_tiles: dict, kernel: pipeline_tma.Kernel):
     producers, ordered, tiles = _plan(loop, stages)
     if not producers:
         return None
@@ -165,11 +171,24 @@ def _pipeline(loop, stages: int, new_tiles: dict):
         new = tirx.decl_buffer((stages, *t.shape), str(t.dtype), t.name, scope=t.scope())
         versions[t] = new
         new_tiles[t] = new
+    reason = pipeline_tma.why_not(producers, kernel)
+    if reason is None:
+        no_ws = pipeline_tma.why_not_specialized(kernel)
+        if no_ws is not None:
+            logger.debug("pipelined loop '%s': TMA without warp specialization (%s)", loop.loop_var.name, no_ws)
+
+        def at_stage(stmt, stage):
+            return versioned(stmt, versions, stage)
+
+        staged = list(versions.values())
+        return pipeline_tma.build(loop, stages, producers, ordered, at_stage, staged, kernel, no_ws is None)
+    if kernel.target is not None and "sm_90" in str(kernel.target):
+        logger.debug("pipelined loop '%s': cp.async instead of TMA (%s)", loop.loop_var.name, reason)
     k, n = loop.loop_var, loop.extent
     s = tirx.const(stages, "int32")
 
     def produce(p, i):
-        return _as_async(_versioned(substitute(p, {k: i}), versions, tirx.floormod(i, s)))
+        return _as_async(versioned(substitute(p, {k: i}), versions, tirx.floormod(i, s)))
 
     i = tirx.Var("stage", "int32")
     prologue = tirx.For(
@@ -188,7 +207,7 @@ def _pipeline(loop, stages: int, new_tiles: dict):
         if flag:
             run.append(produce(st, ahead))
         else:
-            body.append(_versioned(st, versions, tirx.floormod(k, s)))
+            body.append(versioned(st, versions, tirx.floormod(k, s)))
         if run and (j + 1 == len(ordered) or not is_producer[j + 1]):
             body.append(tirx.IfThenElse(ahead < n, seq(run), None))
             run = []
@@ -200,22 +219,27 @@ def _pipeline(loop, stages: int, new_tiles: dict):
 
 def pipeline_loops(func: tirx.PrimFunc) -> tirx.PrimFunc:
     new_tiles = {}
-    errors = []
+    scope = Scope()
+    target = func.attrs.get("target") if func.attrs is not None else None
+    specialized = {}  # thread var -> loops warp-specialized in that kernel
 
-    def on_for(loop):
+    def on_for(loop, recurse):
         stages = loop.annotations.get("num_stages") if loop.annotations else None
-        if stages is None or int(stages) < 2 or errors:
-            return loop
-        try:
-            out = _pipeline(loop, int(stages), new_tiles)
-        except Exception as err:  # noqa: BLE001 (re-raised below with its type)
-            errors.append(err)
-            return loop
+        if stages is None or int(stages) < 2:
+            return recurse(loop)
+        tx, threads = scope.threads.get("threadIdx.x", (None, 1))
+        kernel = pipeline_tma.Kernel(
+            func,
+            target,
+            tx,
+            int(threads),
+            only_x=not {"threadIdx.y", "threadIdx.z"} & set(scope.threads),
+            specialized=specialized.setdefault(tx, []),
+        )
+        out = _pipeline(loop, int(stages), new_tiles, kernel)
         return out if out is not None else loop
 
-    body = tvm_ffi.structural_map(func.body, [(tirx.For, on_for)])
-    if errors:
-        raise errors[0]
+    body = mutate_with_scope(func.body, scope, {tirx.For: on_for})
     if new_tiles:
         body = tvm_ffi.structural_map(
             body, [(tirx.AllocBuffer, lambda a: tirx.AllocBuffer(new_tiles[a.buffer]) if a.buffer in new_tiles else a)]

@@ -8,7 +8,11 @@
 // rows of P elements with the hardware's swizzle. C's register layout (tilelang/op/gemm_wgmma.py):
 //   row i, column j of a warpgroup's part: warp (i % 64) / 16, lane 4 * (i % 8) + (j % 8) / 2,
 //   register ((i / 64) * (N / 8) + j / 8) * 4 + 2 * ((i % 16) / 8) + j % 2.
-// Each call is synchronous: it waits for its wgmmas before returning.
+// `Wait`: how many wgmma groups of this thread may still be running when a call returns (0: the
+// call is synchronous; 1: the previous call's group is done, this one runs on; -1: no wait, see
+// `wgmma_wait`). The accumulators must not be touched until their group is waited for.
+// `Fence`: shared operands may have been written by ordinary stores, so the call first makes them
+// visible to the tensor cores (fence.proxy.async); tiles only the TMA unit writes need none.
 #pragma once
 
 #include <cute/arch/mma_sm90_gmma.hpp>
@@ -112,14 +116,14 @@ struct Shape {
 
 // A and B in shared memory, laid out as gmma_panels (RowsX x LdX tiles, SwzX the swizzle bits).
 template <int M, int N, int K, int WgM, int WgN, bool TransA, bool TransB, bool Clear, int RowsA, int LdA, int SwzA,
-          int RowsB, int LdB, int SwzB, typename TA, typename TB, typename TC>
+          int RowsB, int LdB, int SwzB, int Wait = 0, bool Fence = true, typename TA, typename TB, typename TC>
 TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C) {
   using namespace wgmma_detail;
   using S = Shape<M, N, K, WgM, WgN, TC>;
   constexpr Major MA = TransA ? Major::MN : Major::K, MB = TransB ? Major::K : Major::MN;
   using Atom = typename Op<S::WGN, TA, TC, MA, MB>::SS;
   const int wg = threadIdx.x / 128, m0 = (wg % WgM) * S::WGM, n0 = (wg / WgM) * S::WGN;
-  fence_proxy_async();
+  if constexpr (Fence) fence_proxy_async();
   fence_operands<S::MI * S::Regs>(C);
   cute::warpgroup_arrive();
 #pragma unroll
@@ -134,13 +138,13 @@ TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C) {
     }
   }
   cute::warpgroup_commit_batch();
-  cute::warpgroup_wait<0>();
+  if constexpr (Wait >= 0) cute::warpgroup_wait<Wait>();
   fence_operands<S::MI * S::Regs>(C);
 }
 
 // A in registers (the A-fragment layout of tilelang/op/gemm_wgmma.py), B in shared memory.
 template <int M, int N, int K, int WgM, int WgN, bool TransA, bool TransB, bool Clear, int RowsA, int LdA, int SwzA,
-          int RowsB, int LdB, int SwzB, typename TA, typename TB, typename TC>
+          int RowsB, int LdB, int SwzB, int Wait = 0, bool Fence = true, typename TA, typename TB, typename TC>
 TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C) {
   using namespace wgmma_detail;
   using S = Shape<M, N, K, WgM, WgN, TC>;
@@ -154,7 +158,7 @@ TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C) {
 #pragma unroll
   for (int i = 0; i < S::MI * S::KT * 4; ++i) a[i / 4][i % 4] = reinterpret_cast<const uint32_t*>(A)[i];
   fence_operands<S::MI * S::KT * 4>(&a[0][0]);
-  fence_proxy_async();
+  if constexpr (Fence) fence_proxy_async();
   fence_operands<S::MI * S::Regs>(C);
   cute::warpgroup_arrive();
 #pragma unroll
@@ -168,9 +172,16 @@ TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C) {
     }
   }
   cute::warpgroup_commit_batch();
+  static_assert(Wait == 0, "an A operand in registers must stay live until its wgmmas finish: use wg_wait=0");
   cute::warpgroup_wait<0>();
   fence_operands<S::MI * S::Regs>(C);
   fence_operands<S::MI * S::KT * 4>(&a[0][0]);
+}
+
+// Wait until at most `Pending` wgmma groups of this thread are still running (T.wait_wgmma).
+template <int Pending>
+TL_DEVICE void wgmma_wait() {
+  cute::warpgroup_wait<Pending>();
 }
 
 }  // namespace tl

@@ -11,6 +11,7 @@
 // of two loaded libraries into one, which would launch one library's kernels from another.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap and the driver's types (the functions are reached through cudart)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -31,6 +32,38 @@ inline cudaError_t load_library(cudaLibrary_t* out) {
       cudaLibraryLoadData(&library, tl_cubin, nullptr, nullptr, 0, nullptr, nullptr, 0);
   *out = library;
   return status;
+}
+
+// TMA descriptors: the launcher encodes them before each launch. The driver function is looked up
+// through the runtime, so the library needs no link against libcuda (absent on build machines).
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+template <typename Fn>
+inline Fn driver_function(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess)
+    return nullptr;
+  return reinterpret_cast<Fn>(fn);
+}
+
+inline CUresult tensor_map_encode_tiled(CUtensorMap* map, CUtensorMapDataType dtype, cuuint32_t rank, void* address,
+                                        const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+                                        const cuuint32_t* element_strides, CUtensorMapInterleave interleave,
+                                        CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
+                                        CUtensorMapFloatOOBfill fill) {
+  static const EncodeTiledFn encode = driver_function<EncodeTiledFn>("cuTensorMapEncodeTiled");
+  if (encode == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  return encode(map, dtype, rank, address, dims, strides, box, element_strides, interleave, swizzle, l2, fill);
+}
+
+inline CUresult driver_error_string(CUresult error, const char** message) {
+  using Fn = CUresult (*)(CUresult, const char**);
+  static const Fn describe = driver_function<Fn>("cuGetErrorString");
+  return describe == nullptr ? CUDA_ERROR_NOT_SUPPORTED : describe(error, message);
 }
 
 template <typename Signature>

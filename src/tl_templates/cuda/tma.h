@@ -1,0 +1,127 @@
+// Hopper (sm_90a) pipeline primitives: TMA tile loads, mbarriers, warp-role register budgets and
+// named barriers (PTX ISA: "cp.async.bulk.tensor", "mbarrier", "setmaxnreg", "bar.sync").
+//
+// A pipelined loop on sm_90a (tilelang/transform/pipeline_tma.py) keeps, per pipeline stage, one
+// "full" mbarrier per producer copy (the TMA load completes its transaction bytes on it) and one
+// "empty" mbarrier (the consumers arrive on it once they no longer read the stage). A barrier's
+// phase flips each time it completes, so waiting for use number u of a stage waits for parity
+// u & 1.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap: the descriptor the launcher encodes and passes as a __grid_constant__
+
+#include "common.h"
+
+namespace tl {
+
+TL_DEVICE uint32_t shared_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// ---- mbarriers -------------------------------------------------------------------------------------
+
+// `count` arrivals complete a phase (expect_tx counts as one arrival, plus its bytes).
+TL_DEVICE void mbarrier_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count) : "memory");
+}
+
+// Make initialized barriers visible to the async proxy (TMA completes transactions on them).
+TL_DEVICE void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+// Block until the phase with parity `parity` has completed.
+TL_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = shared_address(bar);
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+TL_DEVICE void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
+}
+
+// Arrive once and announce `bytes` of transactions (the TMA loads of this phase) still to come.
+TL_DEVICE void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes)
+               : "memory");
+}
+
+// ---- TMA ---------------------------------------------------------------------------------------------
+
+TL_DEVICE void prefetch_tensor_map(const CUtensorMap& map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map)) : "memory");
+}
+
+// Load the box at coordinates (innermost dimension first) of `map` into shared `dst`; its bytes
+// complete on `bar`. Out-of-bounds elements of the box are written as zeros.
+template <typename... Coords>
+TL_DEVICE void tma_load(const CUtensorMap& map, uint64_t* bar, void* dst, Coords... coords) {
+  constexpr int rank = sizeof...(Coords);
+  static_assert(rank >= 1 && rank <= 5, "TMA tensors have 1 to 5 dimensions");
+  const uint64_t desc = reinterpret_cast<uint64_t>(&map);
+  const uint32_t smem = shared_address(dst), mbar = shared_address(bar);
+  const int32_t c[5] = {static_cast<int32_t>(coords)...};
+  if constexpr (rank == 1) {
+    asm volatile(
+        "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];\n" ::"r"(
+            smem),
+        "l"(desc), "r"(mbar), "r"(c[0])
+        : "memory");
+  } else if constexpr (rank == 2) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+            smem),
+        "l"(desc), "r"(mbar), "r"(c[0]), "r"(c[1])
+        : "memory");
+  } else if constexpr (rank == 3) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+        "[%2];\n" ::"r"(smem),
+        "l"(desc), "r"(mbar), "r"(c[0]), "r"(c[1]), "r"(c[2])
+        : "memory");
+  } else if constexpr (rank == 4) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+        "[%2];\n" ::"r"(smem),
+        "l"(desc), "r"(mbar), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3])
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, "
+        "%7}], [%2];\n" ::"r"(smem),
+        "l"(desc), "r"(mbar), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4])
+        : "memory");
+  }
+}
+
+// ---- warp roles ------------------------------------------------------------------------------------
+
+// Give this warpgroup's registers back (producer) or take more (consumers): every warp of the
+// warpgroup executes it with the same count.
+template <int Registers>
+TL_DEVICE void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Registers));
+}
+
+template <int Registers>
+TL_DEVICE void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Registers));
+}
+
+// A barrier over `Threads` threads only (the consumers), leaving the producer warps running.
+template <int Id, int Threads>
+TL_DEVICE void named_barrier_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(Id), "n"(Threads) : "memory");
+}
+
+// Shared memory written by ordinary stores becomes visible to async-proxy reads (wgmma, TMA).
+TL_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+}  // namespace tl

@@ -1,0 +1,220 @@
+"""`tl.tma_copy(src, dst, barrier)`: a global-to-shared tile copy through the Tensor Memory
+Accelerator (sm_90a), made by the pipeline planner (`transform/pipeline_tma.py`) from a `T.copy`.
+
+One thread issues it. The tile arrives as one or more boxes of a tensor map (the descriptor the
+launcher encodes on the host before each launch, passed to the kernel as a `__grid_constant__`);
+their bytes complete on the mbarrier `barrier`, which the consumers wait on. Elements of a box past
+the tensor's edge arrive as zeros, so tiles at ragged edges need no guards.
+
+The shared tile's layout decides the boxes. A row-major tile is one box (its rows at most 256
+elements). A tile in 128/64/32-byte swizzled panels (`layout.gmma_panels`, what wgmma reads, and
+the bank swizzle of 128-byte rows) is one box per panel, each box `panel` elements wide with the
+hardware swizzle of the same width: the TMA unit writes exactly the panel's permutation.
+
+Lowering: `tl::mbarrier_arrive_expect_tx(barrier, tile bytes)` and one `tl::tma_load(map, barrier,
+&dst[panel start], coordinates...)` per box; the tensor maps go to `LowerContext.tensor_maps`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import ir, tirx
+
+from tilelang.language.diagnostics import CompilerError
+from tilelang.layout import layout as sl
+from tilelang.layout.evaluate import evaluate, grid
+from tilelang.op import base
+from tilelang.utils.ir import const_int
+
+NAME = "tma_copy"
+
+_SWIZZLE_BYTES = {0: 0, 1: 32, 2: 64, 3: 128}  # CUtensorMapSwizzle value -> span in bytes
+_MAX_BOX = 256
+_TENSOR_MAP_TYPE = ir.PointerType(tirx.TensorMapType(), "global")  # what T.handle("tensormap") declares
+
+
+def make(src: base.Region, dst: base.Region, barrier) -> tirx.Stmt:
+    return tirx.Evaluate(base.make_call(NAME, [src.to_ir(), dst.to_ir(), barrier]))
+
+
+@dataclass
+class Tile:
+    """The global side of a TMA copy: which tensor dimensions the tile spans."""
+
+    src: base.Region
+    dst: base.Region
+    rows: int  # shared tile rows (product of the non-innermost extents)
+    cols: int  # shared tile columns (the innermost extent, contiguous in global memory)
+    bytes: int  # element size
+
+    @property
+    def tile_bytes(self) -> int:
+        return self.rows * self.cols * self.bytes
+
+
+def tile_of(src: base.Region, dst: base.Region) -> Tile | str:
+    """The copy as a TMA tile, or the reason it cannot be one."""
+    g, s = src.buffer, dst.buffer
+    if g.scope() != "global" or not s.scope().startswith("shared"):
+        return "not a global-to-shared copy"
+    if str(g.dtype) != str(s.dtype):
+        return f"the copy converts {g.dtype} to {s.dtype}"
+    if len(g.shape) > 5:
+        return "the tensor has more than 5 dimensions"
+    if g.strides:
+        return "the tensor has explicit strides"
+    extents = [const_int(e) for e in src.extents]
+    if any(e is None for e in extents):
+        return "the tile's extents are not constants"
+    nbytes = tvm.DataType(str(g.dtype)).bits // 8
+    if nbytes == 0:
+        return "sub-byte element type"
+    if extents[-1] == 1:
+        return "the tile does not span the tensor's contiguous (last) dimension"
+    if any(e > _MAX_BOX for e in extents[:-1]):
+        return f"a tile extent past {_MAX_BOX} elements outside the contiguous dimension"
+    inner = const_int(g.shape[-1])
+    if inner is None:
+        return "the tensor's contiguous dimension is dynamic (TMA needs row strides that are multiples of 16 bytes)"
+    if inner * nbytes % 16:
+        return f"the tensor's rows ({inner} x {nbytes} bytes) are not a multiple of 16 bytes"
+    rows = int(np.prod([e for e in extents[:-1]], dtype=np.int64)) if len(extents) > 1 else 1
+    d_ext = [const_int(e) for e in dst.nonunit_extents()]
+    want = [rows, extents[-1]] if rows > 1 else [extents[-1]]
+    if d_ext != want or [const_int(n) for n in s.shape[-len(want) :]] != want:
+        return "the shared tile is not a 2-d tile of the tensor's rows and contiguous columns"
+    return Tile(src, dst, rows, extents[-1], nbytes)
+
+
+def _tma_panels(rows: int, cols: int, nbytes: int, swizzle: int) -> np.ndarray:
+    """Physical element offset of each (row, col) of a tile the TMA unit writes box by box with
+    `swizzle` (CUtensorMapSwizzle), boxes of `span` bytes side by side along the columns."""
+    span = _SWIZZLE_BYTES[swizzle] // nbytes if swizzle else cols
+    r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    byte = (r * span + c % span) * nbytes
+    if swizzle:
+        bits = {1: 1, 2: 2, 3: 3}[swizzle]
+        byte = byte ^ (((byte >> 7) & ((1 << bits) - 1)) << 4)
+    return (c // span) * rows * span + byte // nbytes
+
+
+def box_plan(tile: Tile, layout: sl.Layout | None) -> tuple[int, int] | None:
+    """(CUtensorMapSwizzle, box width in elements) such that the TMA boxes write `layout` (None:
+    row-major), or None when no swizzle mode writes it."""
+    lead = tuple(int(n) for n in layout.shape[:-2]) if layout is not None else ()
+    for swizzle in (3, 2, 1, 0):
+        span = _SWIZZLE_BYTES[swizzle] // tile.bytes if swizzle else tile.cols
+        if swizzle and (tile.cols % span or tile.rows < 8):
+            continue
+        if not swizzle and (tile.cols > _MAX_BOX or tile.cols * tile.bytes % 16):
+            continue
+        expect = _tma_panels(tile.rows, tile.cols, tile.bytes, swizzle)
+        if layout is None:
+            if swizzle == 0:
+                return 0, span
+            continue
+        if _matches(layout, lead, tile, expect):
+            return swizzle, span
+    return None
+
+
+def _matches(layout: sl.Layout, lead, tile: Tile, expect: np.ndarray) -> bool:
+    if tuple(int(n) for n in layout.shape[-2:]) != (tile.rows, tile.cols):
+        return False
+    per_tile = tile.rows * tile.cols
+    for stage in range(min(int(np.prod(lead, dtype=np.int64)) if lead else 1, 2)):
+        idx = np.unravel_index(stage, lead) if lead else ()
+        vals = [tirx.const(int(i), "int32") for i in idx]
+        mapping = dict(zip(layout.vars, vals + list(grid((tile.rows, tile.cols)))))
+        got = evaluate(layout.forward, mapping).reshape(tile.rows, tile.cols)
+        if not np.array_equal(got, expect + stage * per_tile):
+            return False
+    return True
+
+
+# ---- lowering ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class TensorMap:
+    """One descriptor the launcher encodes: a global tensor read in boxes of `box` (innermost first)."""
+
+    var: tirx.Var
+    buffer: object
+    box: tuple
+    swizzle: int
+
+    def host_stmts(self) -> list:
+        g = self.buffer
+        dims = [g.shape[i] for i in reversed(range(len(g.shape)))]
+        nbytes = tvm.DataType(str(g.dtype)).bits // 8
+        strides, stride = [], tirx.const(nbytes, "int64")
+        for n in list(g.shape)[::-1][:-1]:
+            stride = stride * tirx.Cast("int64", n) if not isinstance(n, int) else stride * n
+            strides.append(stride)
+        ones = [1] * len(dims)
+        encode = tirx.tensormap_encode_tiled(
+            self.var,
+            g.data,
+            *dims,
+            *strides,
+            *self.box,
+            *ones,
+            descriptor_dtype=_descriptor_dtype(str(g.dtype)),
+            rank=len(dims),
+            swizzle=self.swizzle,
+            l2_promotion=3,  # fetch 256-byte L2 sectors: whole rows of the 128-byte swizzled boxes and more
+        )
+        return [tirx.Bind(self.var, tirx.tvm_stack_alloca("tensormap", 1)), tirx.Evaluate(encode)]
+
+
+def _descriptor_dtype(dtype: str) -> str:
+    if dtype.startswith("float8") or dtype.startswith("float6") or dtype.startswith("float4"):
+        return "uint8"
+    return dtype
+
+
+def _tensor_map(ctx, buffer, box, swizzle) -> tirx.Var:
+    key = (buffer, tuple(box), swizzle)
+    for m in ctx.tensor_maps:
+        if (m.buffer, m.box, m.swizzle) == key:
+            return m.var
+    var = tirx.Var(f"{buffer.name}_tma{len(ctx.tensor_maps)}", ty=_TENSOR_MAP_TYPE)
+    ctx.tensor_maps.append(TensorMap(var, buffer, tuple(box), swizzle))
+    return var
+
+
+def lower(call, ctx, span=None) -> tirx.Stmt:
+    src, dst = base.Region.from_ir(call.args[0]), base.Region.from_ir(call.args[1])
+    barrier = call.args[2]
+    tile = tile_of(src, dst)
+    if isinstance(tile, str):
+        raise CompilerError(f"tl.tma_copy of {src.describe()}: {tile} (the pipeline planner should have kept it)")
+    layout = ctx.shared_layout(dst.buffer)
+    plan = box_plan(tile, layout)
+    if plan is None:
+        raise CompilerError(
+            f"tl.tma_copy into '{dst.buffer.name}': its shared layout ({layout.name if layout else 'row-major'}) is "
+            f"not one the TMA unit writes; compile with pass_configs={{'tl.disable_tma_lower': True}} and report it"
+        )
+    swizzle, width = plan
+    ndim = len(src.extents)
+    box = [width] + [const_int(e) for e in reversed(src.extents[:-1])]
+    tmap = _tensor_map(ctx, src.buffer, box, swizzle)
+    coords = [src.starts[d] for d in reversed(range(ndim))]
+    # The shared tile's own dims: a leading stage index (multi-buffered) and the tile's start.
+    d_start = list(dst.starts)
+    stmts = [_extern("tl::mbarrier_arrive_expect_tx", barrier, tirx.const(tile.tile_bytes, "uint32"))]
+    for p in range(tile.cols // width):
+        index = d_start[:-1] + [d_start[-1] + p * width if p else d_start[-1]]
+        smem = tirx.address_of(tirx.BufferLoad(dst.buffer, index))
+        c = [coords[0] + p * width if p else coords[0]] + coords[1:]
+        stmts.append(_extern("tl::tma_load", tmap, barrier, smem, *c))
+    return tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
+
+
+def _extern(name, *args):
+    return tirx.Evaluate(tirx.call_extern("void", name, *args))

@@ -1,0 +1,75 @@
+"""Pass `consumer_barriers`: in a warp-specialized kernel, block barriers inside the consumer branch
+wait for the consumer threads only.
+
+`warp_specialize` left the producer and consumer sides in sequence; here they become the two
+branches of `if threadIdx.x < C` (C consumer threads). A `__syncthreads()` inside the consumer
+branch would also wait for the producer warpgroup, which is blocked on the consumers' empty
+barriers: a deadlock. Each becomes `bar.sync 1, C` (barrier 0 is `__syncthreads`'s).
+
+Requires: barrier insertion (`ThreadSync`) done. Guarantees: no `tl.ws_*_branch` attribute remains.
+"""
+
+from __future__ import annotations
+
+import tvm_ffi
+from tvm import ir, tirx
+
+from tilelang.transform.warp_specialize import CONSUMER_BRANCH, PRODUCER_BRANCH
+
+
+def _is_block_barrier(stmt) -> bool:
+    call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
+    if not isinstance(call, ir.Call) or not isinstance(call.op, ir.Op):
+        return False
+    if call.op.name == "tirx.tvm_storage_sync":
+        return str(call.args[0].value) in ("shared", "shared.dyn")
+    return call.op.name == "tirx.call_extern" and str(call.args[0].value) == "__syncthreads"
+
+
+def _consumer_only(body, threads: int):
+    barrier = tirx.Evaluate(tirx.call_extern("void", f"tl::named_barrier_sync<1, {threads}>"))
+    return tvm_ffi.structural_map(body, [(tirx.Evaluate, lambda s: barrier if _is_block_barrier(s) else s)])
+
+
+def _is_side(stmt, key) -> bool:
+    return isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == key
+
+
+def _split(stmts):
+    """A statement list holding the producer side followed by the consumer side (barriers
+    TVM may have put between them dropped: the sides run concurrently, ordered by mbarriers)."""
+    out, k = [], 0
+    while k < len(stmts):
+        s = stmts[k]
+        if not _is_side(s, PRODUCER_BRANCH):
+            out.append(s)
+            k += 1
+            continue
+        j = k + 1
+        while j < len(stmts) and _is_block_barrier(stmts[j]):
+            j += 1
+        consumer = stmts[j]
+        assert _is_side(consumer, CONSUMER_BRANCH), "warp_specialize leaves the consumer side after the producer's"
+        tx, threads = consumer.node, int(consumer.value)
+        out.append(tirx.IfThenElse(tx < threads, _consumer_only(consumer.body, threads), s.body))
+        k = j + 1
+    return out
+
+
+def _lower_func(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    def on_seq(node):
+        if any(_is_side(s, PRODUCER_BRANCH) for s in node.seq):
+            return tirx.SeqStmt(_split(list(node.seq)))
+        return node
+
+    return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.SeqStmt, on_seq)]))
+
+
+def consumer_barriers():
+    """A module pass (it runs among TVM's passes)."""
+
+    def run(mod):
+        funcs = {gv: _lower_func(f) if isinstance(f, tirx.PrimFunc) else f for gv, f in mod.functions.items()}
+        return ir.IRModule(funcs, attrs=mod.attrs)
+
+    return run

@@ -1,0 +1,162 @@
+"""Pass `warp_specialize`: give a kernel with a `tl.ws` region (made by `pipeline_tma`) its producer
+warpgroup, and split the threads into the two roles.
+
+Before (threads = C):                       After (threads = C + 128):
+    allocations                                 allocations, the loop's barriers
+    pre                                         prelude (barrier init, __syncthreads)
+    tl.ws { prelude; producer; consumer }       if threadIdx.x < C:            # consumers
+    post                                            setmaxnreg.inc; pre; consumer loop; post
+                                                else:                          # producer warpgroup
+                                                    setmaxnreg.dec; the producer loop, inside the
+                                                    loops/bindings that enclose the pipelined loop
+
+The producer was written as if its warpgroup started at thread 0; its thread index is shifted here.
+Until barrier insertion the two sides stay in sequence, each in a `tl.ws_*_branch` attribute;
+`consumer_barriers` makes the branch.
+Register budgets: the producer keeps 40 registers (24 beside 3+ consumer warpgroups); the consumers
+share the rest of the register file, up to 240 each. The consumer branch is marked `tl.ws_consumer`
+so that `consumer_barriers` (after barrier insertion) can turn its block barriers into barriers
+over the consumer threads only.
+
+Requires: `lower_tile_ops` (per-thread code), before any simplification that knows the thread
+count. Guarantees: no `tl.ws` region remains; the two sides are `tl.ws_producer_branch` and
+`tl.ws_consumer_branch` attributes (node: threadIdx.x, value: consumer threads).
+"""
+
+from __future__ import annotations
+
+from tvm import ir, tirx
+
+from tilelang.language.diagnostics import CompilerError
+from tilelang.layout.fragment import substitute
+from tilelang.transform import pipeline_tma as ptma
+from tilelang.transform.common import Scope, collect, is_thread_extent, mutate_with_scope
+from tilelang.utils.ir import seq
+
+CONSUMER_BRANCH = "tl.ws_consumer_branch"
+PRODUCER_BRANCH = "tl.ws_producer_branch"
+
+
+def _extern(name, *args):
+    return tirx.Evaluate(tirx.call_extern("void", name, *args))
+
+
+def _is_attr(stmt, key) -> bool:
+    return isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == key
+
+
+def _parts(region):
+    """(allocations, prelude, producer, consumer) of a `tl.ws` region."""
+    stmts = list(region.body.seq) if isinstance(region.body, tirx.SeqStmt) else [region.body]
+    allocs = [s for s in stmts if isinstance(s, tirx.AllocBuffer)]
+    (prelude,) = [s.body for s in stmts if _is_attr(s, ptma.WS_PRELUDE)]
+    (producer,) = [s.body for s in stmts if _is_attr(s, ptma.WS_PRODUCER)]
+    (consumer,) = [s.body for s in stmts if _is_attr(s, ptma.WS_CONSUMER)]
+    return allocs, prelude, producer, consumer
+
+
+# The kernel's one `tl.ws` region is found by its key: substitutions rebuild the nodes around it.
+def _is_target(node, target) -> bool:
+    return _is_attr(node, target.attr_key)
+
+
+def _contains(stmt, target) -> bool:
+    return any(_is_target(a, target) for a in collect(stmt, tirx.AttrStmt))
+
+
+def _replace(stmt, target, new):
+    """`stmt` with the `tl.ws` region replaced by `new`."""
+    import tvm_ffi
+
+    return tvm_ffi.structural_map(stmt, [(tirx.AttrStmt, lambda a: new if _is_target(a, target) else a)])
+
+
+def _path_only(stmt, target, leaf):
+    """What the producer runs of `stmt`: only the statements enclosing `target` (loops, bindings,
+    conditions), with `target` replaced by `leaf`. Sibling work is the consumers'."""
+    if _is_target(stmt, target):
+        return leaf
+    if isinstance(stmt, tirx.SeqStmt):
+        kept, renamed = [], {}
+        for s in stmt.seq:
+            if renamed:
+                s = substitute(s, renamed)
+            if _contains(s, target):
+                kept.append(_path_only(s, target, leaf))
+                break
+            if isinstance(s, tirx.Bind):
+                # The consumer branch binds the same variable: the producer's copy gets its own.
+                var = tirx.Var(f"{s.var.name}_p", s.var.ty)
+                renamed[s.var] = var
+                kept.append(tirx.Bind(var, s.value))
+            elif isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer)):
+                kept.append(s)
+        return seq(kept)
+    if isinstance(stmt, tirx.For):
+        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.SERIAL, _path_only(stmt.body, target, leaf))
+    if isinstance(stmt, tirx.AttrStmt):
+        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, _path_only(stmt.body, target, leaf))
+    if isinstance(stmt, tirx.IfThenElse):
+        if _contains(stmt.then_case, target):
+            return tirx.IfThenElse(stmt.condition, _path_only(stmt.then_case, target, leaf), None)
+        return tirx.IfThenElse(tirx.Not(stmt.condition), _path_only(stmt.else_case, target, leaf), None)
+    raise CompilerError(
+        f"warp specialization: the pipelined loop sits inside a {type(stmt).__name__}, which the producer "
+        f"warpgroup cannot follow; compile with pass_configs={{'tl.disable_warp_specialized': True}}"
+    )
+
+
+def register_budgets(consumer_threads: int) -> tuple[int, int]:
+    """(producer, consumer) registers per thread after setmaxnreg, within the 64K register file."""
+    groups = consumer_threads // 128
+    producer = 24 if groups >= 3 else 40
+    consumer = min(240, ((65536 // 128 - producer) // groups) // 8 * 8)
+    return producer, consumer
+
+
+def _specialize_kernel(attr):
+    """`attr`: the innermost threadIdx.x extent of a kernel with a `tl.ws` region."""
+    regions = [a for a in collect(attr.body, tirx.AttrStmt) if a.attr_key == ptma.WS_REGION]
+    if not regions:
+        return attr
+    (region,) = regions  # the planner specializes one loop per kernel
+    threads = int(region.value)
+    tx = attr.node.var
+    allocs, prelude, producer, consumer = _parts(region)
+    body = list(attr.body.seq) if isinstance(attr.body, tirx.SeqStmt) else [attr.body]
+    lead = []
+    while body and isinstance(body[0], tirx.AllocBuffer):
+        lead.append(body.pop(0))
+    rest = seq(body)
+    producer = substitute(producer, {tx: tx - threads})
+    reg_producer, reg_consumer = register_budgets(threads)
+    producer_side = seq([_extern(f"tl::setmaxnreg_dec<{reg_producer}>"), _path_only(rest, region, producer)])
+    consumer_side = tirx.AttrStmt(
+        tx,
+        CONSUMER_BRANCH,
+        threads,
+        seq([_extern(f"tl::setmaxnreg_inc<{reg_consumer}>"), _replace(rest, region, consumer)]),
+    )
+    # The two sides stay in sequence (producer first) until barriers are inserted: TVM's passes
+    # see plain code (its barrier insertion refuses thread-dependent branches), and shared tiles
+    # the consumers use only after the loop may still reuse the stage buffers' bytes.
+    # `consumer_barriers` turns the pair into the branch on threadIdx.x.
+    producer_side = tirx.AttrStmt(tx, PRODUCER_BRANCH, threads, producer_side)
+    new_body = seq(lead + allocs + [prelude, producer_side, consumer_side])
+    iv = attr.node
+    new_iv = tirx.IterVar(
+        ir.Range.from_min_extent(0, threads + ptma.PRODUCER_THREADS), iv.var, iv.iter_type, iv.thread_tag
+    )
+    return tirx.AttrStmt(new_iv, attr.attr_key, tirx.const(threads + ptma.PRODUCER_THREADS, "int32"), new_body)
+
+
+def warp_specialize(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    if not any(a.attr_key == ptma.WS_REGION for a in collect(func.body, tirx.AttrStmt)):
+        return func
+
+    def on_attr(attr, recurse):
+        if is_thread_extent(attr, "threadIdx.x"):
+            return _specialize_kernel(attr)
+        return recurse(attr)
+
+    return func.with_body(mutate_with_scope(func.body, Scope(), {tirx.AttrStmt: on_attr}))
