@@ -111,6 +111,65 @@ def host_source(lowered, device_src: str) -> str:
     return "\n".join(lines) + "\n" + code
 
 
+_ALLOC_ENTRY = """
+// `{name}{suffix}`: the kernel with its last parameter, the output, allocated here through the
+// environment's tensor allocator (torch's caching allocator when called with torch tensors), on
+// the first input's device; returns the output. Saves the Python-side allocation per call.
+extern "C" TVM_FFI_DLL_EXPORT int32_t __tvm_ffi_{name}{suffix}(void* self, void* args, int32_t num_args,
+                                                               void* result) {{
+  if (num_args != {n_in}) {{
+    TVMFFIErrorSetRaisedFromCStr("TypeError", "{name}: wrong number of inputs");
+    return -1;
+  }}
+  TVMFFIAny* in = static_cast<TVMFFIAny*>(args);
+  const DLTensor* first = tl_host::dltensor_of(in[0]);
+  if (first == nullptr) {{
+    TVMFFIErrorSetRaisedFromCStr("TypeError", "{name}: the first argument is not a tensor");
+    return -1;
+  }}
+  int64_t shape[{ndim}] = {{{shape}}};
+  DLTensor prototype{{}};
+  prototype.device = first->device;
+  prototype.ndim = {ndim};
+  prototype.dtype = DLDataType{{{code}, {bits}, {lanes}}};
+  prototype.shape = shape;
+  TVMFFIObjectHandle out = nullptr;
+  if (TVMFFIEnvTensorAlloc(&prototype, &out) != 0) return -1;
+  TVMFFIAny all[{n_in} + 1];
+  for (int k = 0; k < {n_in}; ++k) all[k] = in[k];
+  all[{n_in}].type_index = kTVMFFITensor;
+  all[{n_in}].zero_padding = 0;
+  all[{n_in}].v_obj = static_cast<TVMFFIObject*>(out);
+  TVMFFIAny unused{{}};
+  if (__tvm_ffi_{name}(self, all, {n_in} + 1, &unused) != 0) {{
+    TVMFFIObjectDecRef(out);
+    return -1;
+  }}
+  TVMFFIAny* ret = static_cast<TVMFFIAny*>(result);
+  ret->type_index = kTVMFFITensor;
+  ret->zero_padding = 0;
+  ret->v_obj = static_cast<TVMFFIObject*>(out);  // the caller owns the reference
+  return 0;
+}}
+"""
+ALLOC_SUFFIX = "__alloc_out"
+
+
+def alloc_entry(name: str, n_in: int, shape, dtype: str) -> str:
+    """A host entry that allocates the kernel's one (last, static-shape) output itself."""
+    dt = tvm_ffi.dtype(dtype)
+    return _ALLOC_ENTRY.format(
+        name=name,
+        suffix=ALLOC_SUFFIX,
+        n_in=n_in,
+        ndim=len(shape),
+        shape=", ".join(str(int(d)) for d in shape),
+        code=dt.type_code,
+        bits=dt.bits,
+        lanes=dt.lanes,
+    )
+
+
 @functools.cache
 def nvcc_version() -> str:
     out = subprocess.run([env.nvcc_path(), "--version"], capture_output=True, text=True, check=True).stdout

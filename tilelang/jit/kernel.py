@@ -57,6 +57,9 @@ class JITKernel:
         with timed(self.compile_times, "codegen"):
             self.kernel_source = cuda.device_source(lowered)
             self.host_source = cuda.host_source(lowered, self.kernel_source)
+            if self._can_alloc_in_launcher():
+                out = self.params[self.out_idx[0]]
+                self.host_source += cuda.alloc_entry(self.name, len(self._in_idx), out.shape, out.dtype)
         self._lib_path = None
         self._func = None
         self._on_built = None  # called once the library exists (the disk cache stores the kernel then)
@@ -92,6 +95,12 @@ class JITKernel:
             "out_idx": self.out_idx,
         }
 
+    def _can_alloc_in_launcher(self) -> bool:
+        """One static-shape output, the last parameter, inputs all static: the launcher allocates it."""
+        return (
+            len(self.out_idx) == 1 and self.out_idx[0] == len(self.params) - 1 and all(p.is_static for p in self.params)
+        )
+
     # Building the library is separate so tests can inspect sources without nvcc.
     def _ensure_built(self):
         if self._func is None:
@@ -111,6 +120,10 @@ class JITKernel:
             with timed(self.compile_times, "load"):
                 self._module = tvm_ffi.load_module(self._lib_path)
                 self._func = self._module[self.name]
+                try:
+                    self._alloc_func = self._module[self.name + cuda.ALLOC_SUFFIX]
+                except (AttributeError, KeyError, RuntimeError):
+                    self._alloc_func = None
             if built_here:
                 front = sum(self.compile_times.get(k, 0.0) for k in ("parse", "passes", "codegen"))
                 self.compile_times["wall"] = front + time.perf_counter() - start
@@ -145,17 +158,29 @@ class JITKernel:
     def __call__(self, *args):
         fast = self.__dict__.get("_fast")
         if fast is not None and len(args) == fast[0]:
-            # The common case in a few attribute reads: static shapes, the outputs last. Outputs
-            # are made with `new_empty` on the first input (its device, no torch.device object).
-            _, shapes, dtypes, fn = fast
-            try:
-                first = args[0].new_empty
-            except AttributeError:
-                return self._call(args)
-            outs = [first(s, dtype=d) for s, d in zip(shapes, dtypes)]
-            self._launch(fn, [*args, *outs])
-            return outs[0] if len(outs) == 1 else outs
+            alloc = fast[4]
+            if alloc is not None:
+                # One static output: the launcher allocates it (torch's allocator, through tvm-ffi).
+                try:
+                    return alloc(*args)
+                except Exception:  # noqa: BLE001 (the path below raises the clear error, or works)
+                    return self._call_fast_python(args, fast, from_alloc=True)
+            return self._call_fast_python(args, fast)
         return self._call(args)
+
+    def _call_fast_python(self, args, fast, from_alloc=False):
+        """Static shapes, the outputs last: outputs made with `new_empty` on the first input (its
+        device, no torch.device object)."""
+        _, shapes, dtypes, fn, _ = fast
+        try:
+            first = args[0].new_empty
+        except AttributeError:
+            return self._call(args)
+        outs = [first(s, dtype=d) for s, d in zip(shapes, dtypes)]
+        self._launch(fn, [*args, *outs])
+        if from_alloc:  # the arguments were fine, so allocation is what failed: no allocator here
+            self._fast = fast[:4] + (None,)
+        return outs[0] if len(outs) == 1 else outs
 
     def _prepare_fast_call(self, fn) -> None:
         """Precompute the common case of `__call__`: every shape static, the outputs the last params."""
@@ -164,7 +189,7 @@ class JITKernel:
             return
         shapes = [tuple(self.params[k].shape) for k in self.out_idx]
         dtypes = [_torch_dtype(self.params[k].dtype) for k in self.out_idx]
-        self._fast = (n_in, shapes, dtypes, fn)
+        self._fast = (n_in, shapes, dtypes, fn, self.__dict__.get("_alloc_func"))
 
     def _call(self, args):
         import torch

@@ -15,7 +15,7 @@ Warp-specialized (default; `tl.disable_warp_specialized` turns it off):
     for i in range(n):                         # consumers: the kernel's own threads
         wait(full_j[i % S], (i // S) & 1) before the first reader of tile j
         loop body on stage i % S
-        arrive(empty[i % S])                   # every consumer thread (the barrier's count)
+        arrive(empty[i % S])                   # one per consumer warp (the barrier's count)
 
 The two loops are left in a `tl.ws` region (prelude: barrier allocation and initialization;
 producer; consumer). `warp_specialize` later adds the warpgroup, splits the threads, and sets the
@@ -164,7 +164,7 @@ def build(loop, stages: int, producers, ordered, versioned, staged: list, kernel
 
     init = [_extern("tl::mbarrier_init", _bar(full[t], s), 1) for t in tiles for s in range(stages)]
     if specialize:
-        init += [_extern("tl::mbarrier_init", _bar(empty, s), kernel.threads) for s in range(stages)]
+        init += [_extern("tl::mbarrier_init", _bar(empty, s), kernel.threads // 32) for s in range(stages)]
     init.append(_extern("tl::fence_barrier_init"))
     prelude = [tirx.IfThenElse(tx == 0, seq(init), None), _extern("__syncthreads")]
     allocs = [tirx.AllocBuffer(full[t]) for t in tiles] + ([tirx.AllocBuffer(empty)] if specialize else [])
@@ -186,12 +186,12 @@ def build(loop, stages: int, producers, ordered, versioned, staged: list, kernel
             # Keep the tensor cores busy across iterations: iteration i's wgmmas run on while the
             # thread waits only for iteration i - 1's, and then frees that stage.
             consume = [_gemm_flags(st, staged, 1) for st in consumer_body(i)] + [
-                tirx.IfThenElse(i > 0, _extern("tl::mbarrier_arrive", _bar(empty, tirx.floormod(i - 1, S))), None)
+                tirx.IfThenElse(i > 0, _extern("tl::mbarrier_arrive_warp", _bar(empty, tirx.floormod(i - 1, S))), None)
             ]
             after = [_extern("tl::wgmma_wait<0>")]
         else:
             consume = [_gemm_flags(st, staged) for st in consumer_body(i)]
-            consume.append(_extern("tl::mbarrier_arrive", _bar(empty, tirx.floormod(i, S))))
+            consume.append(_extern("tl::mbarrier_arrive_warp", _bar(empty, tirx.floormod(i, S))))
             after = []
         consumer = seq([tirx.For(i, 0, n, tirx.ForKind.SERIAL, seq(consume), span=loop.span)] + after)
         region = seq(

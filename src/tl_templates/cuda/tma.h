@@ -47,6 +47,12 @@ TL_DEVICE void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
 }
 
+// One arrival per warp, once every lane of the warp is done (the barrier counts warps).
+TL_DEVICE void mbarrier_arrive_warp(uint64_t* bar) {
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) mbarrier_arrive(bar);
+}
+
 // Arrive once and announce `bytes` of transactions (the TMA loads of this phase) still to come.
 TL_DEVICE void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes)

@@ -16,6 +16,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <tvm/ffi/c_api.h>
+#include <tvm/ffi/extra/c_env_api.h>
+
 #include <cstddef>
 #include <cstdint>  // int64_t: the kernel argument of a dynamic dimension T.dynamic("m", "int64")
 #include <tuple>
@@ -66,14 +69,27 @@ inline CUresult driver_error_string(CUresult error, const char** message) {
   return describe == nullptr ? CUDA_ERROR_NOT_SUPPORTED : describe(error, message);
 }
 
+// The DLTensor behind an FFI argument (a tensor object or a raw DLTensor pointer), or nullptr.
+inline const DLTensor* dltensor_of(const TVMFFIAny& arg) {
+  if (arg.type_index == kTVMFFIDLTensorPtr) return static_cast<const DLTensor*>(arg.v_ptr);
+  if (arg.type_index == kTVMFFITensor) return reinterpret_cast<const DLTensor*>(reinterpret_cast<const char*>(arg.v_obj) + sizeof(TVMFFIObject));
+  return nullptr;
+}
+
 template <typename Signature>
 class Kernel;
 
 // One `__global__` function of the cubin, with the parameter types of its signature, so that the
 // launcher's arguments convert exactly as they would in a `<<<...>>>` launch.
+//
+// Launches go through the driver (cuLaunchKernel on the kernel's function in the current device's
+// context, looked up once per device): the runtime's cudaLaunchKernelExC on a library kernel
+// resolves that function on every call. Launches with attributes (clusters) keep the runtime path.
 template <typename... Params>
 class Kernel<void(Params...)> {
  public:
+  static constexpr int kMaxDevices = 64;
+
   explicit Kernel(const char* name) {
     cudaLibrary_t library;
     status_ = load_library(&library);
@@ -84,7 +100,13 @@ class Kernel<void(Params...)> {
     if (status_ != cudaSuccess) return status_;
     int device;
     cudaError_t err = cudaGetDevice(&device);
-    return err != cudaSuccess ? err : cudaKernelSetAttributeForDevice(kernel_, attr, value, device);
+    if (err != cudaSuccess) return err;
+    // The launcher sets the dynamic shared-memory limit before every launch: once per device.
+    const bool cached = attr == cudaFuncAttributeMaxDynamicSharedMemorySize && device < kMaxDevices;
+    if (cached && smem_limit_[device] == value) return cudaSuccess;
+    err = cudaKernelSetAttributeForDevice(kernel_, attr, value, device);
+    if (cached && err == cudaSuccess) smem_limit_[device] = value;
+    return err;
   }
 
   template <typename... Args>
@@ -96,15 +118,43 @@ class Kernel<void(Params...)> {
   }
 
  private:
+  using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                CUstream, void**, void**);
+  using GetFunctionFn = CUresult (*)(CUfunction*, CUkernel);
+
+  CUfunction function(int device) const {
+    if (device < 0 || device >= kMaxDevices) return nullptr;
+    if (functions_[device] == nullptr) {
+      static const GetFunctionFn get = driver_function<GetFunctionFn>("cuKernelGetFunction");
+      CUfunction f = nullptr;
+      if (get != nullptr && get(&f, reinterpret_cast<CUkernel>(kernel_)) == CUDA_SUCCESS) functions_[device] = f;
+    }
+    return functions_[device];
+  }
+
   template <std::size_t... I>
   cudaError_t launch_tuple(const cudaLaunchConfig_t* config, std::tuple<Params...>& values,
                            std::index_sequence<I...>) const {
     void* pointers[sizeof...(Params) + 1] = {static_cast<void*>(&std::get<I>(values))...};
+    static const LaunchFn driver_launch = driver_function<LaunchFn>("cuLaunchKernel");
+    if (config->numAttrs == 0 && driver_launch != nullptr) {
+      int device;
+      cudaError_t err = cudaGetDevice(&device);
+      if (err != cudaSuccess) return err;
+      if (CUfunction f = function(device)) {
+        const dim3 g = config->gridDim, b = config->blockDim;
+        CUresult r = driver_launch(f, g.x, g.y, g.z, b.x, b.y, b.z, static_cast<unsigned>(config->dynamicSmemBytes),
+                                   reinterpret_cast<CUstream>(config->stream), pointers, nullptr);
+        return static_cast<cudaError_t>(r);  // the runtime's codes equal the driver's for launch errors
+      }
+    }
     return cudaLaunchKernelExC(config, reinterpret_cast<const void*>(kernel_), pointers);
   }
 
   cudaKernel_t kernel_ = nullptr;
   cudaError_t status_ = cudaSuccess;
+  mutable CUfunction functions_[kMaxDevices] = {};
+  mutable int smem_limit_[kMaxDevices] = {};
 };
 
 }  // namespace
