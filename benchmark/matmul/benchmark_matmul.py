@@ -1,7 +1,8 @@
 """GEMM throughput of tilelang's example kernel beside torch.matmul (cuBLAS), same run.
 
 For each shape and dtype it tries a few tile configurations and reports the best, with the ratio to
-cuBLAS. Run on a GPU machine: python benchmark/matmul/benchmark_matmul.py [--quick] [--no-wgmma]
+cuBLAS. Run on a GPU machine:
+    python benchmark/matmul/benchmark_matmul.py [--quick] [--no-wgmma] [--no-tma] [--no-ws]
 """
 
 import argparse
@@ -18,7 +19,14 @@ import tilelang  # noqa: E402
 from tilelang.profiler import do_bench  # noqa: E402
 
 # (block_M, block_N, block_K, threads, num_stages, rasterization panel): the best of sweeps on the
-# H200 over tiles 64..256, 128/256 threads, 2-4 stages and panels 0/4/8/16 (mma.sync and wgmma).
+# H200 over tiles 64..256, 128/256 threads, 2-8 stages and panels 0/4/8/16. With TMA and a producer
+# warpgroup (Hopper), 128 x 256 tiles over two consumer warpgroups lead; with cp.async, 128 x 128.
+HOPPER_CONFIGS = [
+    (128, 256, 64, 256, 4, 8),
+    (128, 256, 64, 256, 4, 16),
+    (128, 256, 64, 256, 3, 8),
+    (128, 128, 64, 128, 4, 8),
+]
 CONFIGS = [(128, 128, 32, 128, 3, 8), (128, 128, 64, 128, 3, 8), (128, 128, 32, 128, 4, 8), (128, 256, 64, 256, 3, 8)]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 28672, 8192), (8192, 4096, 14336)]
 
@@ -27,10 +35,19 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fp16 square shapes and two configurations only")
     parser.add_argument("--no-wgmma", action="store_true", help="force mma.sync on Hopper (tl.disable_wgmma)")
+    parser.add_argument("--no-tma", action="store_true", help="cp.async copies on Hopper (tl.disable_tma_lower)")
+    parser.add_argument("--no-ws", action="store_true", help="no producer warpgroup (tl.disable_warp_specialized)")
     args = parser.parse_args()
     dtypes = ["float16"] if args.quick else ["float16", "bfloat16"]
     shapes = SHAPES[:2] if args.quick else SHAPES
-    configs = CONFIGS[:2] if args.quick else CONFIGS
+    hopper = torch.cuda.get_device_capability() == (9, 0) and not (args.no_wgmma or args.no_tma)
+    configs = HOPPER_CONFIGS if hopper else CONFIGS
+    configs = configs[:2] if args.quick else configs
+    pass_configs = {
+        "tl.disable_wgmma": args.no_wgmma,
+        "tl.disable_tma_lower": args.no_tma,
+        "tl.disable_warp_specialized": args.no_ws,
+    }
     rows = []
     for dtype in dtypes:
         for M, N, K in shapes:
@@ -42,7 +59,7 @@ def main():
                 bm, bn, bk, threads, stages, panel = config
                 start = time.time()
                 func = matmul.factory(M, N, K, bm, bn, bk, dtype, "float", threads, stages, panel)
-                kernel = tilelang.compile(func, out_idx=[-1], pass_configs={"tl.disable_wgmma": args.no_wgmma})
+                kernel = tilelang.compile(func, out_idx=[-1], pass_configs=pass_configs)
                 kernel._ensure_built()
                 compile_s = time.time() - start
                 # Fresh inputs for the check: a kernel that wrote nothing must not pass on a recycled

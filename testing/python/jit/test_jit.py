@@ -99,3 +99,15 @@ def test_argument_errors_name_parameter_expected_and_got(built, make, expect):
 def test_wrong_number_of_inputs(built):
     with pytest.raises(ValueError, match=r"takes 1 input tensors \(A\)"):
         built(torch.randn(4096), torch.randn(4096))
+
+
+def test_one_static_output_is_allocated_by_the_launcher():
+    from tilelang.codegen import cuda
+
+    k = scale(256)
+    assert "__tvm_ffi_scale__alloc_out" in k.get_host_source()  # the launcher's own allocation
+    assert "TVMFFIEnvTensorAlloc" in k.get_host_source()
+    cuda.compile_object(k.get_kernel_source(), k.target, host_src=k.get_host_source())
+    # Inputs given as outputs too (no out_idx): nothing to allocate.
+    plain = tilelang.compile(scale.factory(256), target="sm_80")
+    assert "__alloc_out" not in plain.get_host_source()

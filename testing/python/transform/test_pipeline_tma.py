@@ -1,0 +1,135 @@
+"""The sm_90a plan of a pipelined loop: which copies become TMA loads, the producer/consumer split,
+the barriers and their counts, the switches that turn each part off, and nvcc compiling the result
+(pipeline_tma, warp_specialize, consumer_barriers; no GPU needed)."""
+
+import os
+import re
+import sys
+
+import pytest
+
+import tilelang
+import tilelang.language as T
+from tilelang.codegen import cuda
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "gemm"))
+from example_gemm import matmul  # noqa: E402
+
+
+def _gemm(configs=None, target="sm_90a", M=1024, N=1024, K=1024, bm=128, bn=256, bk=64, threads=256, stages=3):
+    func = matmul.factory(M, N, K, bm, bn, bk, "float16", "float", threads, stages)
+    return tilelang.compile(func, out_idx=[-1], target=target, pass_configs=configs or {})
+
+
+def _count(src, pattern):
+    return len(re.findall(pattern, src))
+
+
+def test_gemm_example_plan_on_hopper():
+    k = _gemm()
+    src = k.get_kernel_source()
+    # Two consumer warpgroups plus the producer's.
+    assert "__launch_bounds__(384)" in src
+    # A (128 x 64) is one 128-byte-swizzled box; B (64 x 256, N contiguous) is four 64-column panels.
+    signature = re.search(r"main_kernel\(([^)]*)\)", src).group(1)
+    assert _count(signature, r"const __grid_constant__ CUtensorMap") == 2
+    assert _count(src, r"tl::tma_load\(A_tma") == 1 and _count(src, r"tl::tma_load\(B_tma") == 4
+    assert _count(src, r"tl::mbarrier_arrive_expect_tx\(") == 2
+    # One full barrier per tile and stage (one arrival: the expect_tx), one empty barrier per stage
+    # counting the 8 consumer warps.
+    assert _count(src, r"tl::mbarrier_init\(\(&\((A|B)_shared_full_ptr\[\d\]\)\), 1\)") == 6
+    assert _count(src, r"tl::mbarrier_init\(\(&\(k_empty_ptr\[\d\]\)\), 8\)") == 3
+    # Register budgets: the producer gives registers back, the consumers take them.
+    assert "tl::setmaxnreg_dec<40>" in src and "tl::setmaxnreg_inc<232>" in src
+    assert "((int)threadIdx.x) < 256" in src and "((int)threadIdx.x) == 256" in src
+    # The producer waits for the consumers to free a stage before reusing it.
+    assert re.search(r"tl::mbarrier_wait\(\(&\(k_empty_ptr", src)
+    # The wgmma runs one iteration ahead (Wait = 1) without a proxy fence (TMA wrote its operands);
+    # the stage of the previous iteration is released after it.
+    assert re.search(r"tl::wgmma_ss<128, 256, 64, 2, 1, false, false, false, 128, 64, 3, 64, 256, 3, 1, false>", src)
+    assert "tl::mbarrier_arrive_warp((&(k_empty_ptr[((i + 2) % 3)])))" in src
+    assert "tl::wgmma_wait<0>()" in src
+    assert "cp_async" not in src
+    # The launcher encodes both tensor maps before the launch.
+    assert _count(k.host_source, r"tl_host::tensor_map_encode_tiled\(") == 2
+    cuda.compile_object(src, k.target, host_src=k.host_source)
+
+
+def test_without_warp_specialization_thread_0_issues_the_loads_ahead():
+    src = _gemm({"tl.disable_warp_specialized": True}).get_kernel_source()
+    assert "__launch_bounds__(256)" in src
+    assert "setmaxnreg" not in src and "k_empty" not in src
+    assert _count(src, r"tl::tma_load\(") == 3 * 5  # the prologue (2 stages, unrolled) and the loop
+    assert "__syncthreads();" in src
+
+
+def test_disable_tma_lower_keeps_cp_async():
+    src = _gemm({"tl.disable_tma_lower": True}).get_kernel_source()
+    assert "tl::tma_load" not in src and "tl::cp_async<16>" in src
+
+
+def test_other_targets_keep_cp_async():
+    src = _gemm(target="sm_80", bn=128, threads=128).get_kernel_source()
+    assert "tl::tma_load" not in src and "tl::cp_async<16>" in src
+
+
+def test_one_consumer_warpgroup_takes_240_registers():
+    src = _gemm(bn=128, threads=128).get_kernel_source()
+    assert "__launch_bounds__(256)" in src
+    assert "tl::setmaxnreg_inc<240>" in src
+
+
+@tilelang.jit(out_idx=[-1])
+def _dynamic_k_gemm(N=128):
+    K = T.dynamic("K")
+
+    @T.prim_func
+    def main(A: T.Tensor((128, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((128, N), "float32")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((128, 64), "float16")
+            B_s = T.alloc_shared((64, N), "float16")
+            C_f = T.alloc_fragment((128, N), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, 64), num_stages=2):
+                T.copy(A[0, k * 64], A_s)
+                T.copy(B[k * 64, 0], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C)
+
+    return main
+
+
+def test_a_dynamic_contiguous_dimension_falls_back_to_cp_async():
+    # A's rows are K elements: whether they are a multiple of 16 bytes is only known at run time.
+    k = tilelang.compile(_dynamic_k_gemm.factory(), out_idx=[-1], target="sm_90a")
+    src = k.get_kernel_source()
+    assert "tl::cp_async<16>" in src and "tl::tma_load" not in src
+
+
+def test_consumer_barriers_leave_the_producer_running():
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "flash_attention"))
+    import example_mha_fwd_bshd as fa
+
+    f = fa.flashattn.factory(1, 4, 256, 128, False, 128, 64, 2, 256)
+    src = tilelang.compile(f, out_idx=[3], target="sm_90a").get_kernel_source()
+    consumer = src[src.index("((int)threadIdx.x) < 256") :]
+    # Q is written to shared memory by the consumers and read by their wgmma: a barrier over the
+    # 256 consumer threads only; the one block-wide barrier is the one after barrier init.
+    assert "tl::named_barrier_sync<1, 256>()" in consumer
+    assert "__syncthreads" not in consumer
+    assert _count(src, r"__syncthreads\(\)") == 1
+    # K and V each complete on their own barriers: Q·Kᵀ waits for K only, P·V for V.
+    assert (
+        src.index("tl::mbarrier_wait((&(K_shared_full")
+        < src.index("tl::wgmma_ss")
+        < src.index("tl::mbarrier_wait((&(V_shared_full")
+    )
+
+
+@pytest.mark.parametrize("threads,expect", [(128, (40, 240)), (256, (40, 232)), (384, (24, 160))])
+def test_register_budgets_fit_the_register_file(threads, expect):
+    from tilelang.transform.warp_specialize import register_budgets
+
+    producer, consumer = register_budgets(threads)
+    assert (producer, consumer) == expect
+    assert producer * 128 + consumer * threads <= 65536
