@@ -1,7 +1,8 @@
 """`T.gemm` on Hopper's warpgroup tensor cores (wgmma, sm_90a).
 
 When a gemm can run as wgmma (`plan` says why not otherwise, in the debug log), warpgroups of 128
-threads tile C as WgM x WgN, each with wgmma.m64nNk16 over its (M / WgM) x (N / WgN) part. Shared
+threads tile C as WgM x WgN, each with wgmma.m64nNk16 (fp16/bf16; k8 for tf32, k32 for fp8 and
+int8, which wgmma reads only K-major and from shared memory) over its (M / WgM) x (N / WgN) part. Shared
 operands are read through matrix descriptors, so they take the `gmma_panels` layout (CuTe's
 canonical GMMA layouts); an A operand in registers and C take the register layouts below, which
 `src/tl_templates/cuda/gemm_wgmma.h` assumes.
@@ -26,6 +27,14 @@ logger = logging.getLogger("tilelang")
 N_SIZES = (8, 16, 32, 64, 96, 128, 192, 256)
 # (A/B dtype, C dtype) pairs the template instantiates.
 DTYPES = {("float16", "float32"), ("bfloat16", "float32"), ("float16", "float16")}
+# Types wgmma reads only K-major from shared memory (A (M, K), B transposed (N, K)), with the K of
+# one instruction: 32 bytes of a row.
+K_MAJOR_DTYPES = {
+    ("float32", "float32"): 8,  # tf32
+    ("float8_e4m3fn", "float32"): 32,
+    ("float8_e5m2", "float32"): 32,
+    ("int8", "int32"): 32,
+}
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,12 @@ class Plan:
     @property
     def num_threads(self) -> int:
         return 128 * self.wg_m * self.wg_n
+
+
+def _bits(region) -> int:
+    import tvm
+
+    return tvm.DataType(str(region.buffer.dtype)).bits
 
 
 def _panel_bits(region) -> int | None:
@@ -59,7 +74,7 @@ def _panel_bits(region) -> int | None:
         return None
     cols = shape[-1]
     for bits in (3, 2, 1):
-        if cols % (8 << bits) == 0:
+        if cols % ((128 // _bits(region)) << bits) == 0:  # whole 128/64/32-byte panels
             return bits
     return None
 
@@ -76,12 +91,19 @@ def plan(g, target, num_threads: int) -> Plan | None:
     if pass_config.enabled(pass_config.PassConfigKey.TL_DISABLE_WGMMA):
         return no("disabled by tl.disable_wgmma")
     a_dtype, b_dtype, c_dtype = (str(r.buffer.dtype) for r in (g.a, g.b, g.c))
-    if a_dtype != b_dtype or (a_dtype, c_dtype) not in DTYPES:
+    pair = (a_dtype, c_dtype)
+    if a_dtype != b_dtype or (pair not in DTYPES and pair not in K_MAJOR_DTYPES):
         return no(f"{a_dtype} x {b_dtype} -> {c_dtype} has no wgmma path here")
+    k_step = K_MAJOR_DTYPES.get(pair, 16)
+    if pair in K_MAJOR_DTYPES:
+        if g.trans_a or not g.trans_b:
+            return no(f"wgmma reads {a_dtype} only K-major: A as (M, K) and B transposed, (N, K)")
+        if g.a.buffer.scope() == "local.fragment":
+            return no(f"A in registers has no {a_dtype} wgmma path here")
     if num_threads % 128:
         return no(f"{num_threads} threads are not whole warpgroups")
-    if g.K % 16:
-        return no(f"K = {g.K} is not a multiple of 16")
+    if g.K % k_step:
+        return no(f"K = {g.K} is not a multiple of {k_step}")
     if g.b.buffer.scope() == "local.fragment":
         return no("B is in registers (wgmma reads B from shared memory)")
     a_in_regs = g.a.buffer.scope() == "local.fragment"
@@ -157,7 +179,7 @@ def shared_layouts(g, p: Plan) -> dict:
     out = {}
     for region, bits in ((g.a, p.swz_a), (g.b, p.swz_b)):
         if region.buffer.scope() != "local.fragment":
-            out[region.buffer] = sl.gmma_panels(tuple(int(n) for n in region.buffer.shape), 16, bits)
+            out[region.buffer] = sl.gmma_panels(tuple(int(n) for n in region.buffer.shape), _bits(region), bits)
     return out
 
 

@@ -17,6 +17,7 @@
 
 #include <cute/arch/mma_sm90_gmma.hpp>
 
+#include <type_traits>
 #include <utility>
 
 #include "common.h"
@@ -28,7 +29,8 @@ using cute::SM90::GMMA::Major;
 using cute::SM90::GMMA::ScaleOut;
 
 // The CuTe atoms for one N and element types: `SS` (A from shared) and `RS` (A from registers).
-// The N CuTe provides without its extended-shape header (which would add seconds of compile time).
+// 16-bit types read either operand K- or MN-major; tf32, fp8 and int8 read both K-major ("TN"),
+// with no A-in-registers form here.
 template <int N, typename TA, typename TC, Major MA, Major MB>
 struct Op;
 
@@ -38,10 +40,19 @@ struct Op;
     using SS = cute::SM90::GMMA::MMA_64x##N##x16_##NAME##_SS<MA, MB>;        \
     using RS = cute::SM90::GMMA::MMA_64x##N##x16_##NAME##_RS<Major::K, MB>;  \
   };
-#define TL_WGMMA_OPS(N)                             \
-  TL_WGMMA_OP(N, half, float, F32F16F16)            \
-  TL_WGMMA_OP(N, __nv_bfloat16, float, F32BF16BF16) \
-  TL_WGMMA_OP(N, half, half, F16F16F16)
+#define TL_WGMMA_TN_OP(N, KI, TA, TC, NAME, TARGS)                                                                       \
+  template <>                                                                                                   \
+  struct Op<N, TA, TC, Major::K, Major::K> {                                                                    \
+    using SS = cute::SM90::GMMA::MMA_64x##N##x##KI##_##NAME##_SS_TN TARGS;                                        \
+  };
+#define TL_WGMMA_OPS(N)                                                   \
+  TL_WGMMA_OP(N, half, float, F32F16F16)                                  \
+  TL_WGMMA_OP(N, __nv_bfloat16, float, F32BF16BF16)                       \
+  TL_WGMMA_OP(N, half, half, F16F16F16)                                   \
+  TL_WGMMA_TN_OP(N, 8, float, float, F32TF32TF32, <>)                     \
+  TL_WGMMA_TN_OP(N, 32, __nv_fp8_e4m3, float, F32E4M3E4M3, <>)            \
+  TL_WGMMA_TN_OP(N, 32, __nv_fp8_e5m2, float, F32E5M2E5M2, <>)            \
+  TL_WGMMA_TN_OP(N, 32, int8_t, int, S32S8S8, /* not a template */)
 TL_WGMMA_OPS(8)
 TL_WGMMA_OPS(16)
 TL_WGMMA_OPS(32)
@@ -51,12 +62,14 @@ TL_WGMMA_OPS(128)
 TL_WGMMA_OPS(192)
 TL_WGMMA_OPS(256)
 #undef TL_WGMMA_OPS
+#undef TL_WGMMA_TN_OP
 #undef TL_WGMMA_OP
 
-// Accumulator registers as the atoms take them: floats, or pairs of halves in 32-bit registers.
+// Accumulator registers as the atoms take them: floats, int32 as uint32_t, or pairs of halves in
+// 32-bit registers.
 template <typename TC>
 TL_DEVICE auto& acc(TC* c, int i) {
-  if constexpr (sizeof(TC) == 2) {
+  if constexpr (sizeof(TC) == 2 || std::is_integral_v<TC>) {
     return reinterpret_cast<uint32_t*>(c)[i];
   } else {
     return c[i];
@@ -78,15 +91,15 @@ TL_DEVICE void fma_rs(const uint32_t (&a)[4], uint64_t db, TC* c, ScaleOut scale
 // `Ld` elements. K-major: rows are M (or N), K contiguous; MN-major: rows are K, M (or N) contiguous.
 template <bool MNMajor, int Rows, int Ld, int Swz, typename T>
 TL_DEVICE uint64_t descriptor(const T* tile, int mn0, int k0) {
-  static_assert(sizeof(T) == 2, "wgmma descriptors here are for 16-bit elements");
+  static_assert(!MNMajor || sizeof(T) == 2, "only 16-bit operands can be read MN-major");
   static_assert(Swz >= 1 && Swz <= 3, "wgmma reads swizzled tiles (32, 64 or 128 bytes)");
-  constexpr int P = 8 << Swz;  // panel width in elements
+  constexpr int P = (16 << Swz) / int(sizeof(T));  // panel width in elements
   static_assert(Ld % P == 0, "the tile's rows are whole panels");
   const int off = MNMajor ? (mn0 / P) * (Rows * P) + k0 * P + mn0 % P : (k0 / P) * (Rows * P) + mn0 * P + k0 % P;
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + off));
   // Leading byte offset: between panels along MN (MN-major; unused when K-major). Stride byte
   // offset: between groups of 8 rows.
-  constexpr uint32_t lbo = MNMajor ? Rows * P * 2 : 16, sbo = 8 * P * 2;
+  constexpr uint32_t lbo = MNMajor ? Rows * P * sizeof(T) : 16, sbo = 8 * P * sizeof(T);
   constexpr uint64_t mode = Swz == 3 ? 1 : Swz == 2 ? 2 : 3;  // 128B, 64B, 32B swizzle
   return uint64_t((addr >> 4) & 0x3FFF) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
          (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (mode << 62);
@@ -101,15 +114,21 @@ TL_DEVICE void fence_operands(TC* c) {
   for (int i = 0; i < Count; ++i) cute::warpgroup_fence_operand(acc(c, i));
 }
 
-template <int M, int N, int K, int WgM, int WgN, typename TC>
+// K of one instruction: 32 bytes of A's row (16 halves, 8 tf32, 32 fp8/int8 elements).
+template <typename TA>
+constexpr int k_step() {
+  return 32 / int(sizeof(TA));
+}
+
+template <int M, int N, int K, int WgM, int WgN, typename TC, int KStep = 16>
 struct Shape {
-  static constexpr int WGM = M / WgM, WGN = N / WgN, MI = WGM / 64, KT = K / 16;
+  static constexpr int WGM = M / WgM, WGN = N / WgN, MI = WGM / 64, KT = K / KStep;
   static constexpr int Regs = WGN / (sizeof(TC) == 2 ? 4 : 2);  // accumulator registers per instruction
   static_assert(WGM % 64 == 0, "each warpgroup's rows must be a multiple of 64");
   static_assert(WGN == 8 || WGN == 16 || WGN == 32 || WGN == 64 || WGN == 96 || WGN == 128 || WGN == 192 ||
                     WGN == 256,
                 "a warpgroup's columns must be one of 8, 16, 32, 64, 96, 128, 192, 256");
-  static_assert(K % 16 == 0, "K must be a multiple of 16");
+  static_assert(K % KStep == 0, "K must be a multiple of the instruction's K");
 };
 
 }  // namespace wgmma_detail
@@ -119,7 +138,8 @@ template <int M, int N, int K, int WgM, int WgN, bool TransA, bool TransB, bool 
           int RowsB, int LdB, int SwzB, int Wait = 0, bool Fence = true, typename TA, typename TB, typename TC>
 TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C) {
   using namespace wgmma_detail;
-  using S = Shape<M, N, K, WgM, WgN, TC>;
+  constexpr int KS = k_step<TA>();
+  using S = Shape<M, N, K, WgM, WgN, TC, KS>;
   constexpr Major MA = TransA ? Major::MN : Major::K, MB = TransB ? Major::K : Major::MN;
   using Atom = typename Op<S::WGN, TA, TC, MA, MB>::SS;
   const int wg = threadIdx.x / 128, m0 = (wg % WgM) * S::WGM, n0 = (wg / WgM) * S::WGN;
@@ -128,10 +148,10 @@ TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C) {
   cute::warpgroup_arrive();
 #pragma unroll
   for (int kt = 0; kt < S::KT; ++kt) {
-    const uint64_t db = descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, kt * 16);
+    const uint64_t db = descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, kt * KS);
 #pragma unroll
     for (int mi = 0; mi < S::MI; ++mi) {
-      const uint64_t da = descriptor<TransA, RowsA, LdA, SwzA>(A, m0 + mi * 64, kt * 16);
+      const uint64_t da = descriptor<TransA, RowsA, LdA, SwzA>(A, m0 + mi * 64, kt * KS);
       const ScaleOut scale = (Clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;
       fma_ss<Atom>(da, db, C + mi * S::Regs * (sizeof(TC) == 2 ? 2 : 1), scale,
                    std::make_index_sequence<S::Regs>{});

@@ -132,13 +132,15 @@ def test_shapes_must_chain():
         ("float32", "float32", "sm_80"),
         ("int8", "int32", "sm_90a"),
         ("float8_e4m3fn", "float32", "sm_89"),
+        ("float8_e5m2", "float32", "sm_90a"),
+        ("float32", "float32", "sm_90a"),
         ("float16", "float16", "sm_90a"),
     ],
 )
 def test_gemm_compiles_with_nvcc(dtype, accum, arch):
     k = tilelang.compile(_gemm_kernel(64, 64, 64, dtype, accum, trans_b=True), target=arch)
-    # On sm_90a the 16-bit types go through wgmma (testing/python/op/test_gemm_wgmma.py).
-    wgmma = arch == "sm_90a" and dtype in ("float16", "bfloat16")
+    # On sm_90a every type goes through wgmma here (B is K-major; testing/python/op/test_gemm_wgmma.py).
+    wgmma = arch == "sm_90a"
     assert ("tl::wgmma_ss<64, 64, 64" if wgmma else "tl::gemm_ss<64, 64, 64") in k.get_kernel_source()
     cuda.compile_object(k.get_kernel_source(), k.target)
 

@@ -72,6 +72,16 @@ def test_dtypes(dtype, accum, out, tol):
     assert err <= max(tol, 1e-6), f"relative error {err}"
 
 
+@pytest.mark.parametrize("dtype,accum,out,tol", [c for c in CASES if c[0] in ("float32", "int8") or "float8" in c[0]])
+def test_k_major_dtypes_on_two_warpgroups(dtype, accum, out, tol):
+    # B transposed (both operands K-major): on sm_90a tf32, int8 and fp8 run as wgmma.
+    M, N, K = 256, 384, 320
+    A, B, ref = _inputs(M, N, K, dtype, False, True)
+    C = matmul(M, N, K, 128, 128, 64, dtype, accum, out, trans_b=True, threads=256)(A, B)
+    err = (C.double() - ref).norm() / ref.norm()
+    assert err <= max(tol, 1e-6), f"relative error {err}"
+
+
 @pytest.mark.parametrize("trans_a", [False, True])
 @pytest.mark.parametrize("trans_b", [False, True])
 def test_transposes(trans_a, trans_b):

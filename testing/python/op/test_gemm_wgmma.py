@@ -50,7 +50,10 @@ def test_warpgroup_partition(M, N, threads, policy, expect):
     [
         ("not Hopper", {}, "sm_80", {}),
         ("switched off", {}, "sm_90a", {"tl.disable_wgmma": True}),
-        ("tf32 has no path here", {"dtype": "float32", "accum": "float32"}, "sm_90a", {}),
+        ("tf32 reads B K-major only", {"dtype": "float32", "accum": "float32"}, "sm_90a", {}),
+        ("fp8 reads B K-major only", {"dtype": "float8_e4m3fn", "accum": "float32"}, "sm_90a", {}),
+        ("int8 with A in registers", {"dtype": "int8", "accum": "int32", "kind": "rs", "trans_b": True}, "sm_90a", {}),
+        ("fp16 into bf16 has no path", {"dtype": "float16", "accum": "bfloat16"}, "sm_90a", {}),
         ("B in registers", {"kind": "sr"}, "sm_90a", {}),
         ("fewer than 64 rows", {"M": 32}, "sm_90a", {}),
         ("not whole warpgroups", {"threads": 64}, "sm_90a", {}),
