@@ -24,6 +24,7 @@ from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import infer_layout
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
 from tilelang.transform.lower_tile_ops import lower_tile_ops
+from tilelang.transform.lower_tma_copies import lower_tma_copies
 from tilelang.transform.pipeline_loops import pipeline_loops
 from tilelang.transform.rasterize_blocks import rasterize_blocks
 from tilelang.transform.warp_specialize import CONSUMER_BRANCH, warp_specialize
@@ -37,6 +38,9 @@ def _tile_passes():
     return [
         # Block-index remapping first: every later pass sees the final bx/by expressions.
         ("rasterize_blocks", rasterize_blocks),
+        # On sm_90a, copies to shared memory that run once per kernel become TMA loads; the
+        # pipeline planner then knows which tiles only TMA writes (no proxy fence before wgmma).
+        ("lower_tma_copies", lower_tma_copies),
         # Pipelining works on tile ops (copy regions are explicit); it multi-buffers shared tiles
         # before any pass looks at their shapes.
         ("pipeline_loops", pipeline_loops),

@@ -33,10 +33,10 @@ from tvm import ir, tirx
 
 from tilelang.language.diagnostics import at_span
 from tilelang.layout.fragment import substitute
-from tilelang.op import base
+from tilelang.op import base, tma
 from tilelang.op import copy as copy_op
 from tilelang.transform import pipeline_tma
-from tilelang.transform.common import Scope, mutate_with_scope
+from tilelang.transform.common import Scope, mutate_with_scope, walk
 from tilelang.utils.ir import collect, seq
 
 logger = logging.getLogger("tilelang")
@@ -222,6 +222,7 @@ def pipeline_loops(func: tirx.PrimFunc) -> tirx.PrimFunc:
     scope = Scope()
     target = func.attrs.get("target") if func.attrs is not None else None
     specialized = {}  # thread var -> loops warp-specialized in that kernel
+    tma_tiles = _tma_only_tiles(func.body)
 
     def on_for(loop, recurse):
         stages = loop.annotations.get("num_stages") if loop.annotations else None
@@ -235,6 +236,7 @@ def pipeline_loops(func: tirx.PrimFunc) -> tirx.PrimFunc:
             int(threads),
             only_x=not {"threadIdx.y", "threadIdx.z"} & set(scope.threads),
             specialized=specialized.setdefault(tx, []),
+            tma_tiles=tma_tiles,
         )
         out = _pipeline(loop, int(stages), new_tiles, kernel)
         return out if out is not None else loop
@@ -246,6 +248,20 @@ def pipeline_loops(func: tirx.PrimFunc) -> tirx.PrimFunc:
         )
         _check_no_stale_use(body, new_tiles)
     return func.with_body(body)
+
+
+def _tma_only_tiles(body) -> tuple:
+    """Shared tiles whose only writers are TMA loads (`lower_tma_copies`): wgmma needs no proxy
+    fence to read them."""
+    loaded = []
+
+    def on_eval(stmt):
+        if base.is_tile_op(stmt.value, tma.NAME):
+            loaded.append(base.Region.from_ir(stmt.value.args[1]).buffer)
+
+    walk(body, [(tirx.Evaluate, on_eval)])
+    generic = _written(body)
+    return tuple(b for b in loaded if not any(b.same_as(w) for w in generic))
 
 
 def _check_no_stale_use(body, new_tiles):

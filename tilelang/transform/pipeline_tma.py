@@ -57,6 +57,7 @@ class Kernel:
     threads: int
     only_x: bool  # no threadIdx.y / threadIdx.z
     specialized: list  # the loops already warp-specialized in this kernel (at most one)
+    tma_tiles: tuple = ()  # shared tiles only TMA loads write (`lower_tma_copies`)
 
 
 def _extern(name, *args):
@@ -185,12 +186,12 @@ def build(loop, stages: int, producers, ordered, versioned, staged: list, kernel
         if _all_async_gemms(consumers, kernel):
             # Keep the tensor cores busy across iterations: iteration i's wgmmas run on while the
             # thread waits only for iteration i - 1's, and then frees that stage.
-            consume = [_gemm_flags(st, staged, 1) for st in consumer_body(i)] + [
+            consume = [_gemm_flags(st, staged + list(kernel.tma_tiles), 1) for st in consumer_body(i)] + [
                 tirx.IfThenElse(i > 0, _extern("tl::mbarrier_arrive_warp", _bar(empty, tirx.floormod(i - 1, S))), None)
             ]
             after = [_extern("tl::wgmma_wait<0>")]
         else:
-            consume = [_gemm_flags(st, staged) for st in consumer_body(i)]
+            consume = [_gemm_flags(st, staged + list(kernel.tma_tiles)) for st in consumer_body(i)]
             consume.append(_extern("tl::mbarrier_arrive_warp", _bar(empty, tirx.floormod(i, S))))
             after = []
         consumer = seq([tirx.For(i, 0, n, tirx.ForKind.SERIAL, seq(consume), span=loop.span)] + after)
@@ -218,7 +219,7 @@ def build(loop, stages: int, producers, ordered, versioned, staged: list, kernel
     body = [
         _extern("__syncthreads"),  # every thread is done with stage (i - 1) % S, which the loads overwrite
         tirx.IfThenElse(tirx.And(tx == 0, ahead < n), seq([load(p, ahead) for p in producers]), None),
-    ] + [_gemm_flags(st, staged) for st in consumer_body(i)]
+    ] + [_gemm_flags(st, staged + list(kernel.tma_tiles)) for st in consumer_body(i)]
     main = tirx.For(i, 0, n, tirx.ForKind.SERIAL, seq(body), span=loop.span)
     return seq(allocs + prelude + [tirx.IfThenElse(tx == 0, first, None), main])
 
@@ -238,13 +239,15 @@ def _all_async_gemms(consumers, kernel: Kernel) -> bool:
 
 
 def _gemm_flags(stmt, tiles, wg_wait: int | None = None):
-    """A gemm statement with `wg_wait` (None: unchanged) and, when both operands are tiles only the
-    TMA unit writes, marked as needing no proxy fence. Other statements are returned unchanged."""
+    """A gemm statement with `wg_wait` (None: unchanged) and, when every shared operand is a tile
+    only the TMA unit writes (`tiles`), marked as needing no proxy fence (registers need none).
+    Other statements are returned unchanged."""
     if not (isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value, gemm_op.NAME)):
         return stmt
     call = stmt.value
     g = gemm_op.Gemm(call)
-    tma_only = all(any(r.buffer.same_as(t) for t in tiles) for r in (g.a, g.b))
+    shared = [r.buffer for r in (g.a, g.b) if r.buffer.scope().startswith("shared")]
+    tma_only = all(any(b.same_as(t) for t in tiles) for b in shared)
     pending = g.wg_wait if wg_wait is None else wg_wait
     args = list(call.args[:7]) + [tirx.const(pending, "int32"), tirx.const(int(tma_only), "int32")]
     return tirx.Evaluate(ir.Call(call.op, args, ret_ty="void"), span=stmt.span)

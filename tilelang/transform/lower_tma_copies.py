@@ -1,0 +1,91 @@
+"""Pass `lower_tma_copies`: on sm_90a, a `T.copy` from global to shared memory that runs once per
+kernel (outside any loop or condition) becomes a TMA load waited for on its own mbarrier.
+
+Before:  T.copy(Q[bz, bx * 128:bx * 128 + 128, by, :], Q_shared)
+After:   (kernel top) Q_shared_bar = T.alloc_shared((1,), "uint64")
+         if tx == 0: mbarrier_init(Q_shared_bar, 1); fence_barrier_init()
+         __syncthreads()                   # the barrier is ready; earlier reads of Q_shared are done
+         if tx == 0: tma_copy(Q[...], Q_shared, Q_shared_bar)
+         mbarrier_wait(Q_shared_bar, 0)
+
+A tile the TMA unit wrote needs no proxy fence before a wgmma reads it (`pipeline_tma` drops it
+when every shared operand is such a tile). Copies inside loops are the pipeline's
+(`pipeline_loops`) or stay element-wise; copies the TMA unit cannot do (`op/tma.py` says why) stay.
+
+Requires: tile ops as parsed, before `pipeline_loops` (which reads which tiles only TMA writes).
+Guarantees: every rewritten copy is a `tl.tma_copy` issued by thread 0 with its barrier initialized.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from tilelang.op import base, tma
+from tilelang.op import copy as copy_op
+from tilelang.transform import pass_config
+from tilelang.transform import pipeline_tma as ptma
+from tilelang.transform.common import Scope, is_thread_extent, mutate_with_scope
+from tilelang.utils.ir import seq
+from tilelang.utils.target import arch_of
+
+
+def _extern(name, *args):
+    return tirx.Evaluate(tirx.call_extern("void", name, *args))
+
+
+def lower_tma_copies(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    target = func.attrs.get("target") if func.attrs is not None else None
+    if target is None or arch_of(target) != "sm_90a":
+        return func
+    if pass_config.enabled(pass_config.PassConfigKey.TL_DISABLE_TMA_LOWER):
+        return func
+    scope = Scope()
+    barriers = []  # of the kernel being rewritten, allocated at its top
+    depth = [0]  # loops and conditions around the statement being visited
+
+    def nested(node, recurse):
+        depth[0] += 1
+        out = recurse(node)
+        depth[0] -= 1
+        return out
+
+    def on_eval(stmt, recurse):
+        if depth[0] or not base.is_tile_op(stmt.value, copy_op.NAME):
+            return stmt
+        src, dst = base.Region.from_ir(stmt.value.args[0]), base.Region.from_ir(stmt.value.args[1])
+        tile = tma.tile_of(src, dst)
+        tx, threads = scope.threads.get("threadIdx.x", (None, 0))
+        if isinstance(tile, str) or tx is None or {"threadIdx.y", "threadIdx.z"} & set(scope.threads):
+            return stmt
+        kernel = ptma.Kernel(func, target, tx, int(threads), only_x=True, specialized=[])
+        if tma.box_plan(tile, ptma.predicted_layout(dst.buffer, kernel)) is None:
+            return stmt
+        bar = tirx.decl_buffer((1,), "uint64", f"{dst.buffer.name}_bar", scope="shared")
+        barriers.append(bar)
+        ptr = tirx.address_of(tirx.BufferLoad(bar, [0]))
+        init = seq([_extern("tl::mbarrier_init", ptr, 1), _extern("tl::fence_barrier_init")])
+        return seq(
+            [
+                tirx.IfThenElse(tx == 0, init, None),
+                _extern("__syncthreads"),
+                tirx.IfThenElse(tx == 0, tma.make(src, dst, ptr), None),
+                _extern("tl::mbarrier_wait", ptr, 0),
+            ]
+        )
+
+    def on_attr(attr, recurse):
+        if not (is_thread_extent(attr, "threadIdx") and not is_thread_extent(attr.body, "threadIdx")):
+            return recurse(attr)
+        barriers.clear()
+        new = recurse(attr)
+        if not barriers:
+            return new
+        body = seq([tirx.AllocBuffer(b) for b in barriers] + [new.body])
+        return tirx.AttrStmt(new.node, new.attr_key, new.value, body, span=new.span)
+
+    body = mutate_with_scope(
+        func.body,
+        scope,
+        {tirx.Evaluate: on_eval, tirx.For: nested, tirx.IfThenElse: nested, tirx.AttrStmt: on_attr},
+    )
+    return func.with_body(body)
