@@ -173,7 +173,7 @@ def _pipeline(loop, stages: int, new_tiles: dict, kernel: pipeline_tma.Kernel):
         new_tiles[t] = new
     reason = pipeline_tma.why_not(producers, kernel)
     if reason is None:
-        no_ws = pipeline_tma.why_not_specialized(kernel)
+        no_ws = pipeline_tma.why_not_specialized(loop, producers, kernel)
         if no_ws is not None:
             logger.debug("pipelined loop '%s': TMA without warp specialization (%s)", loop.loop_var.name, no_ws)
 
@@ -224,10 +224,15 @@ def pipeline_loops(func: tirx.PrimFunc) -> tirx.PrimFunc:
     specialized = {}  # thread var -> loops warp-specialized in that kernel
     tma_tiles = _tma_only_tiles(func.body)
 
+    depth = [0]  # loops around the one being visited
+
     def on_for(loop, recurse):
         stages = loop.annotations.get("num_stages") if loop.annotations else None
         if stages is None or int(stages) < 2:
-            return recurse(loop)
+            depth[0] += 1
+            out = recurse(loop)
+            depth[0] -= 1
+            return out
         tx, threads = scope.threads.get("threadIdx.x", (None, 1))
         kernel = pipeline_tma.Kernel(
             func,
@@ -237,6 +242,7 @@ def pipeline_loops(func: tirx.PrimFunc) -> tirx.PrimFunc:
             only_x=not {"threadIdx.y", "threadIdx.z"} & set(scope.threads),
             specialized=specialized.setdefault(tx, []),
             tma_tiles=tma_tiles,
+            nested=depth[0] > 0,
         )
         out = _pipeline(loop, int(stages), new_tiles, kernel)
         return out if out is not None else loop

@@ -34,7 +34,7 @@ from tvm import ir, tirx
 from tilelang.op import base, tma
 from tilelang.op import gemm as gemm_op
 from tilelang.transform import pass_config
-from tilelang.transform.common import walk
+from tilelang.transform.common import collect, walk
 from tilelang.utils.ir import seq
 from tilelang.utils.target import arch_of
 
@@ -58,6 +58,7 @@ class Kernel:
     only_x: bool  # no threadIdx.y / threadIdx.z
     specialized: list  # the loops already warp-specialized in this kernel (at most one)
     tma_tiles: tuple = ()  # shared tiles only TMA loads write (`lower_tma_copies`)
+    nested: bool = False  # the pipelined loop runs inside another loop
 
 
 def _extern(name, *args):
@@ -106,6 +107,10 @@ def why_not(producers, kernel: Kernel) -> str | None:
         return "not sm_90a"
     if pass_config.enabled(pass_config.PassConfigKey.TL_DISABLE_TMA_LOWER):
         return "tl.disable_tma_lower is set"
+    if kernel.nested:
+        # The barriers' phases would carry over from one run of the loop to the next, while the
+        # parities here count from the loop's own first iteration.
+        return "the pipelined loop is inside another loop"
     for p in producers:
         src, dst = base.Region.from_ir(p.value.args[0]), base.Region.from_ir(p.value.args[1])
         tile = tma.tile_of(src, dst)
@@ -116,9 +121,17 @@ def why_not(producers, kernel: Kernel) -> str | None:
     return None
 
 
-def why_not_specialized(kernel: Kernel) -> str | None:
+def why_not_specialized(loop, producers, kernel: Kernel) -> str | None:
+    """Why the loop cannot get a producer warpgroup (None: it can)."""
     if pass_config.enabled(pass_config.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED):
         return "tl.disable_warp_specialized is set"
+    # The producer runs only the loop: its trip count and load coordinates must not read values the
+    # consumers' code computes into registers or shared memory (a T.alloc_var, a tile).
+    reads = [loop.extent] + [p.value.args[0] for p in producers]
+    for node in reads:
+        for ld in collect(node, ir.TensorLoad):
+            if ld.source.scope() != "global":
+                return f"the loop's bounds or copy coordinates read '{ld.source.name}'"
     if not kernel.only_x:
         return "the kernel has threadIdx.y/z"
     if kernel.threads % 128:

@@ -133,3 +133,61 @@ def test_register_budgets_fit_the_register_file(threads, expect):
     producer, consumer = register_budgets(threads)
     assert (producer, consumer) == expect
     assert producer * 128 + consumer * threads <= 65536
+
+
+@tilelang.jit(out_idx=[-1])
+def _gemm_per_batch():
+    @T.prim_func
+    def main(
+        A: T.Tensor((4, 128, 256), "float16"), B: T.Tensor((256, 128), "float16"), C: T.Tensor((4, 128, 128), "float32")
+    ):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((128, 64), "float16")
+            B_s = T.alloc_shared((64, 128), "float16")
+            C_f = T.alloc_fragment((128, 128), "float32")
+            for b in T.serial(4):
+                T.clear(C_f)
+                for k in T.Pipelined(4, num_stages=2):
+                    T.copy(A[b, 0, k * 64], A_s)
+                    T.copy(B[k * 64, 0], B_s)
+                    T.gemm(A_s, B_s, C_f)
+                T.copy(C_f, C[b, 0:128, 0:128])
+
+    return main
+
+
+def test_a_pipelined_loop_inside_another_loop_keeps_cp_async():
+    # Its barriers would start each run of the loop in a phase the parities do not count from.
+    src = tilelang.compile(_gemm_per_batch.factory(), out_idx=[-1], target="sm_90a").get_kernel_source()
+    assert "tl::cp_async<16>" in src and "tl::tma_load" not in src
+
+
+@tilelang.jit(out_idx=[-1])
+def _gemm_with_a_computed_trip_count():
+    @T.prim_func
+    def main(
+        A: T.Tensor((128, 256), "float16"), B: T.Tensor((256, 128), "float16"), C: T.Tensor((128, 128), "float32")
+    ):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((128, 64), "float16")
+            B_s = T.alloc_shared((64, 128), "float16")
+            C_f = T.alloc_fragment((128, 128), "float32")
+            n = T.alloc_var("int32", init=0)
+            for _ in T.serial(4):  # a value the threads compute, held in a register
+                n = n + 1
+            T.clear(C_f)
+            for k in T.Pipelined(n, num_stages=2):
+                T.copy(A[0, k * 64], A_s)
+                T.copy(B[k * 64, 0], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C)
+
+    return main
+
+
+def test_a_trip_count_in_a_register_keeps_every_thread_in_the_loop():
+    # The producer warpgroup would not have the consumers' `n`: TMA, but no warp specialization.
+    src = tilelang.compile(
+        _gemm_with_a_computed_trip_count.factory(), out_idx=[-1], target="sm_90a"
+    ).get_kernel_source()
+    assert "tl::tma_load" in src and "setmaxnreg" not in src
