@@ -27,7 +27,7 @@ from tilelang.language.diagnostics import CompilerError
 from tilelang.layout import layout as sl
 from tilelang.layout.evaluate import evaluate, grid
 from tilelang.op import base
-from tilelang.utils.ir import const_int
+from tilelang.utils.ir import const_int, extern
 
 NAME = "tma_copy"
 
@@ -207,14 +207,10 @@ def lower(call, ctx, span=None) -> tirx.Stmt:
     coords = [src.starts[d] for d in reversed(range(ndim))]
     # The shared tile's own dims: a leading stage index (multi-buffered) and the tile's start.
     d_start = list(dst.starts)
-    stmts = [_extern("tl::mbarrier_arrive_expect_tx", barrier, tirx.const(tile.tile_bytes, "uint32"))]
+    stmts = [extern("tl::mbarrier_arrive_expect_tx", barrier, tirx.const(tile.tile_bytes, "uint32"))]
     for p in range(tile.cols // width):
         index = d_start[:-1] + [d_start[-1] + p * width if p else d_start[-1]]
         smem = tirx.address_of(tirx.BufferLoad(dst.buffer, index))
         c = [coords[0] + p * width if p else coords[0]] + coords[1:]
-        stmts.append(_extern("tl::tma_load", tmap, barrier, smem, *c))
+        stmts.append(extern("tl::tma_load", tmap, barrier, smem, *c))
     return tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
-
-
-def _extern(name, *args):
-    return tirx.Evaluate(tirx.call_extern("void", name, *args))

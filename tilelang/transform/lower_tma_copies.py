@@ -25,12 +25,8 @@ from tilelang.op import copy as copy_op
 from tilelang.transform import pass_config
 from tilelang.transform import pipeline_tma as ptma
 from tilelang.transform.common import Scope, is_thread_extent, mutate_with_scope
-from tilelang.utils.ir import seq
+from tilelang.utils.ir import extern, seq
 from tilelang.utils.target import arch_of
-
-
-def _extern(name, *args):
-    return tirx.Evaluate(tirx.call_extern("void", name, *args))
 
 
 def lower_tma_copies(func: tirx.PrimFunc) -> tirx.PrimFunc:
@@ -63,13 +59,13 @@ def lower_tma_copies(func: tirx.PrimFunc) -> tirx.PrimFunc:
         bar = tirx.decl_buffer((1,), "uint64", f"{dst.buffer.name}_bar", scope="shared")
         barriers.append(bar)
         ptr = tirx.address_of(tirx.BufferLoad(bar, [0]))
-        init = seq([_extern("tl::mbarrier_init", ptr, 1), _extern("tl::fence_barrier_init")])
+        init = seq([extern("tl::mbarrier_init", ptr, 1), extern("tl::fence_barrier_init")])
         return seq(
             [
                 tirx.IfThenElse(tx == 0, init, None),
-                _extern("__syncthreads"),
+                extern("__syncthreads"),
                 tirx.IfThenElse(tx == 0, tma.make(src, dst, ptr), None),
-                _extern("tl::mbarrier_wait", ptr, 0),
+                extern("tl::mbarrier_wait", ptr, 0),
             ]
         )
 

@@ -37,13 +37,9 @@ from tilelang.op import base, tma
 from tilelang.op import copy as copy_op
 from tilelang.transform import pipeline_tma
 from tilelang.transform.common import Scope, mutate_with_scope, walk
-from tilelang.utils.ir import collect, seq
+from tilelang.utils.ir import collect, extern, seq
 
 logger = logging.getLogger("tilelang")
-
-
-def _call(name, *args):
-    return tirx.Evaluate(tirx.call_extern("void", name, *args))
 
 
 def _statements(body):
@@ -196,10 +192,10 @@ def _pipeline(loop, stages: int, new_tiles: dict, kernel: pipeline_tma.Kernel):
         0,
         stages - 1,
         tirx.ForKind.UNROLLED,
-        seq([tirx.IfThenElse(i < n, seq([produce(p, i) for p in producers]), None), _call("tl::cp_async_commit")]),
+        seq([tirx.IfThenElse(i < n, seq([produce(p, i) for p in producers]), None), extern("tl::cp_async_commit")]),
     )
     ahead = k + (stages - 1)
-    body = [_call(f"tl::cp_async_wait<{stages - 2}>"), _call("__syncthreads")]
+    body = [extern(f"tl::cp_async_wait<{stages - 2}>"), extern("__syncthreads")]
     is_producer = [any(st.same_as(p) for p in producers) for st in ordered]
     last_producer = max(j for j, flag in enumerate(is_producer) if flag)
     run = []  # adjacent producers share one bounds check
@@ -212,9 +208,9 @@ def _pipeline(loop, stages: int, new_tiles: dict, kernel: pipeline_tma.Kernel):
             body.append(tirx.IfThenElse(ahead < n, seq(run), None))
             run = []
         if j == last_producer:
-            body.append(_call("tl::cp_async_commit"))
+            body.append(extern("tl::cp_async_commit"))
     main = tirx.For(k, loop.min, n, tirx.ForKind.SERIAL, seq(body), span=loop.span)
-    return seq([prologue, main, _call("tl::cp_async_wait<0>")])
+    return seq([prologue, main, extern("tl::cp_async_wait<0>")])
 
 
 def pipeline_loops(func: tirx.PrimFunc) -> tirx.PrimFunc:

@@ -35,7 +35,7 @@ from tilelang.op import base, tma
 from tilelang.op import gemm as gemm_op
 from tilelang.transform import pass_config
 from tilelang.transform.common import collect, walk
-from tilelang.utils.ir import seq
+from tilelang.utils.ir import extern, seq
 from tilelang.utils.target import arch_of
 
 WS_REGION = "tl.ws"  # AttrStmt value: number of consumer threads
@@ -59,10 +59,6 @@ class Kernel:
     specialized: list  # the loops already warp-specialized in this kernel (at most one)
     tma_tiles: tuple = ()  # shared tiles only TMA loads write (`lower_tma_copies`)
     nested: bool = False  # the pipelined loop runs inside another loop
-
-
-def _extern(name, *args):
-    return tirx.Evaluate(tirx.call_extern("void", name, *args))
 
 
 def _bar(buffer, index):
@@ -171,23 +167,23 @@ def build(loop, stages: int, producers, ordered, versioned, staged: list, kernel
                 if t not in waited and _uses(st, t):
                     waited.add(t)
                     parity = tirx.floormod(tirx.floordiv(it, S), 2)
-                    body.append(_extern("tl::mbarrier_wait", _bar(full[t], tirx.floormod(it, S)), parity))
+                    body.append(extern("tl::mbarrier_wait", _bar(full[t], tirx.floormod(it, S)), parity))
             it_stmt = _substitute(st, {k: it if _is_zero(loop.min) else loop.min + it})
             body.append(versioned(it_stmt, tirx.floormod(it, S)))
         return body
 
-    init = [_extern("tl::mbarrier_init", _bar(full[t], s), 1) for t in tiles for s in range(stages)]
+    init = [extern("tl::mbarrier_init", _bar(full[t], s), 1) for t in tiles for s in range(stages)]
     if specialize:
-        init += [_extern("tl::mbarrier_init", _bar(empty, s), kernel.threads // 32) for s in range(stages)]
-    init.append(_extern("tl::fence_barrier_init"))
-    prelude = [tirx.IfThenElse(tx == 0, seq(init), None), _extern("__syncthreads")]
+        init += [extern("tl::mbarrier_init", _bar(empty, s), kernel.threads // 32) for s in range(stages)]
+    init.append(extern("tl::fence_barrier_init"))
+    prelude = [tirx.IfThenElse(tx == 0, seq(init), None), extern("__syncthreads")]
     allocs = [tirx.AllocBuffer(full[t]) for t in tiles] + ([tirx.AllocBuffer(empty)] if specialize else [])
 
     if specialize:
         ip = tirx.Var("i_load", "int32")
         wait_empty = tirx.IfThenElse(
             ip >= S,
-            _extern(
+            extern(
                 "tl::mbarrier_wait",
                 _bar(empty, tirx.floormod(ip, S)),
                 tirx.floormod(tirx.floordiv(ip, S) + 1, 2),
@@ -200,12 +196,12 @@ def build(loop, stages: int, producers, ordered, versioned, staged: list, kernel
             # Keep the tensor cores busy across iterations: iteration i's wgmmas run on while the
             # thread waits only for iteration i - 1's, and then frees that stage.
             consume = [_gemm_flags(st, staged + list(kernel.tma_tiles), 1) for st in consumer_body(i)] + [
-                tirx.IfThenElse(i > 0, _extern("tl::mbarrier_arrive_warp", _bar(empty, tirx.floormod(i - 1, S))), None)
+                tirx.IfThenElse(i > 0, extern("tl::mbarrier_arrive_warp", _bar(empty, tirx.floormod(i - 1, S))), None)
             ]
-            after = [_extern("tl::wgmma_wait<0>")]
+            after = [extern("tl::wgmma_wait<0>")]
         else:
             consume = [_gemm_flags(st, staged + list(kernel.tma_tiles)) for st in consumer_body(i)]
-            consume.append(_extern("tl::mbarrier_arrive_warp", _bar(empty, tirx.floormod(i, S))))
+            consume.append(extern("tl::mbarrier_arrive_warp", _bar(empty, tirx.floormod(i, S))))
             after = []
         consumer = seq([tirx.For(i, 0, n, tirx.ForKind.SERIAL, seq(consume), span=loop.span)] + after)
         region = seq(
@@ -230,7 +226,7 @@ def build(loop, stages: int, producers, ordered, versioned, staged: list, kernel
     )
     ahead = i + (stages - 1)
     body = [
-        _extern("__syncthreads"),  # every thread is done with stage (i - 1) % S, which the loads overwrite
+        extern("__syncthreads"),  # every thread is done with stage (i - 1) % S, which the loads overwrite
         tirx.IfThenElse(tirx.And(tx == 0, ahead < n), seq([load(p, ahead) for p in producers]), None),
     ] + [_gemm_flags(st, staged + list(kernel.tma_tiles)) for st in consumer_body(i)]
     main = tirx.For(i, 0, n, tirx.ForKind.SERIAL, seq(body), span=loop.span)

@@ -12,11 +12,9 @@ Before (threads = C):                       After (threads = C + 128):
 
 The producer was written as if its warpgroup started at thread 0; its thread index is shifted here.
 Until barrier insertion the two sides stay in sequence, each in a `tl.ws_*_branch` attribute;
-`consumer_barriers` makes the branch.
-Register budgets: the producer keeps 40 registers (24 beside 3+ consumer warpgroups); the consumers
-share the rest of the register file, up to 240 each. The consumer branch is marked `tl.ws_consumer`
-so that `consumer_barriers` (after barrier insertion) can turn its block barriers into barriers
-over the consumer threads only.
+`consumer_barriers` then makes the branch and turns the consumers' block barriers into barriers over
+the consumer threads only. Register budgets: the producer keeps 40 registers (24 beside 3+ consumer
+warpgroups); the consumers share the rest of the register file, up to 240 each.
 
 Requires: `lower_tile_ops` (per-thread code), before any simplification that knows the thread
 count. Guarantees: no `tl.ws` region remains; the two sides are `tl.ws_producer_branch` and
@@ -25,20 +23,17 @@ count. Guarantees: no `tl.ws` region remains; the two sides are `tl.ws_producer_
 
 from __future__ import annotations
 
+import tvm_ffi
 from tvm import ir, tirx
 
 from tilelang.language.diagnostics import CompilerError
 from tilelang.layout.fragment import substitute
 from tilelang.transform import pipeline_tma as ptma
 from tilelang.transform.common import Scope, collect, is_thread_extent, mutate_with_scope
-from tilelang.utils.ir import seq
+from tilelang.utils.ir import extern, seq
 
 CONSUMER_BRANCH = "tl.ws_consumer_branch"
 PRODUCER_BRANCH = "tl.ws_producer_branch"
-
-
-def _extern(name, *args):
-    return tirx.Evaluate(tirx.call_extern("void", name, *args))
 
 
 def _is_attr(stmt, key) -> bool:
@@ -55,34 +50,32 @@ def _parts(region):
     return allocs, prelude, producer, consumer
 
 
-# The kernel's one `tl.ws` region is found by its key: substitutions rebuild the nodes around it.
-def _is_target(node, target) -> bool:
-    return _is_attr(node, target.attr_key)
+# The kernel's one `tl.ws` region is found by its key, not by identity: substitutions rebuild the
+# nodes around it.
+def _is_region(node) -> bool:
+    return _is_attr(node, ptma.WS_REGION)
 
 
-def _contains(stmt, target) -> bool:
-    return any(_is_target(a, target) for a in collect(stmt, tirx.AttrStmt))
+def _contains_region(stmt) -> bool:
+    return any(_is_region(a) for a in collect(stmt, tirx.AttrStmt))
 
 
-def _replace(stmt, target, new):
-    """`stmt` with the `tl.ws` region replaced by `new`."""
-    import tvm_ffi
-
-    return tvm_ffi.structural_map(stmt, [(tirx.AttrStmt, lambda a: new if _is_target(a, target) else a)])
+def _replace_region(stmt, new):
+    return tvm_ffi.structural_map(stmt, [(tirx.AttrStmt, lambda a: new if _is_region(a) else a)])
 
 
-def _path_only(stmt, target, leaf):
-    """What the producer runs of `stmt`: only the statements enclosing `target` (loops, bindings,
-    conditions), with `target` replaced by `leaf`. Sibling work is the consumers'."""
-    if _is_target(stmt, target):
+def _path_only(stmt, leaf):
+    """What the producer runs of `stmt`: only the statements enclosing the `tl.ws` region (loops,
+    bindings, conditions), with the region replaced by `leaf`. Sibling work is the consumers'."""
+    if _is_region(stmt):
         return leaf
     if isinstance(stmt, tirx.SeqStmt):
         kept, renamed = [], {}
         for s in stmt.seq:
             if renamed:
                 s = substitute(s, renamed)
-            if _contains(s, target):
-                kept.append(_path_only(s, target, leaf))
+            if _contains_region(s):
+                kept.append(_path_only(s, leaf))
                 break
             if isinstance(s, tirx.Bind):
                 # The consumer branch binds the same variable: the producer's copy gets its own.
@@ -93,13 +86,13 @@ def _path_only(stmt, target, leaf):
                 kept.append(s)
         return seq(kept)
     if isinstance(stmt, tirx.For):
-        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.SERIAL, _path_only(stmt.body, target, leaf))
+        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.SERIAL, _path_only(stmt.body, leaf))
     if isinstance(stmt, tirx.AttrStmt):
-        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, _path_only(stmt.body, target, leaf))
+        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, _path_only(stmt.body, leaf))
     if isinstance(stmt, tirx.IfThenElse):
-        if _contains(stmt.then_case, target):
-            return tirx.IfThenElse(stmt.condition, _path_only(stmt.then_case, target, leaf), None)
-        return tirx.IfThenElse(tirx.Not(stmt.condition), _path_only(stmt.else_case, target, leaf), None)
+        if _contains_region(stmt.then_case):
+            return tirx.IfThenElse(stmt.condition, _path_only(stmt.then_case, leaf), None)
+        return tirx.IfThenElse(tirx.Not(stmt.condition), _path_only(stmt.else_case, leaf), None)
     raise CompilerError(
         f"warp specialization: the pipelined loop sits inside a {type(stmt).__name__}, which the producer "
         f"warpgroup cannot follow; compile with pass_configs={{'tl.disable_warp_specialized': True}}"
@@ -130,12 +123,12 @@ def _specialize_kernel(attr):
     rest = seq(body)
     producer = substitute(producer, {tx: tx - threads})
     reg_producer, reg_consumer = register_budgets(threads)
-    producer_side = seq([_extern(f"tl::setmaxnreg_dec<{reg_producer}>"), _path_only(rest, region, producer)])
+    producer_side = seq([extern(f"tl::setmaxnreg_dec<{reg_producer}>"), _path_only(rest, producer)])
     consumer_side = tirx.AttrStmt(
         tx,
         CONSUMER_BRANCH,
         threads,
-        seq([_extern(f"tl::setmaxnreg_inc<{reg_consumer}>"), _replace(rest, region, consumer)]),
+        seq([extern(f"tl::setmaxnreg_inc<{reg_consumer}>"), _replace_region(rest, consumer)]),
     )
     # The two sides stay in sequence (producer first) until barriers are inserted: TVM's passes
     # see plain code (its barrier insertion refuses thread-dependent branches), and shared tiles

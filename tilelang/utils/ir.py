@@ -35,6 +35,11 @@ def seq(stmts) -> tirx.Stmt:
     return tirx.SeqStmt(stmts)
 
 
+def extern(name: str, *args) -> tirx.Stmt:
+    """The statement `name(args...);` calling a device function (a tl:: template, a PTX wrapper)."""
+    return tirx.Evaluate(tirx.call_extern("void", name, *args))
+
+
 def i32(x):
     """An int32 constant (index arithmetic is int32 throughout)."""
     return tirx.const(int(x), "int32")
