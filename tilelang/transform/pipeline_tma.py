@@ -17,6 +17,12 @@ Warp-specialized (default; `tl.disable_warp_specialized` turns it off):
         loop body on stage i % S
         arrive(empty[i % S])                   # one per consumer warp (the barrier's count)
 
+When the body is only wgmma gemms on shared tiles, iteration i's gemms run on while the consumers
+wait for iteration i - 1's (wg_wait=1) and then free stage (i - 1) % S. A gemm whose shared
+operands only TMA writes skips the proxy fence. The producer warpgroup is left out when the loop's
+trip count or coordinates read values the consumers compute (registers, shared memory); TMA is left
+out for loops inside other loops (the barrier parities count from the loop's first iteration).
+
 The two loops are left in a `tl.ws` region (prelude: barrier allocation and initialization;
 producer; consumer). `warp_specialize` later adds the warpgroup, splits the threads, and sets the
 register budgets. Without warp specialization, thread 0 issues the loads S - 1 iterations ahead
