@@ -116,22 +116,17 @@ def lower(func: tirx.PrimFunc, target, config: dict | None = None, name: str = "
     config = dict(config or {})
     try:
         return _lower(func, target, config, name)
-    except SharedMemoryOverLimit:
+    except SharedMemoryOverLimit as err:
         # A warp-specialized kernel keeps every tile of its consumer branch live at once (the merge
         # cannot reuse bytes across the producer/consumer split); without it the tiles may fit.
         key = str(pass_config.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED)
-        if config.get(key) or not _specializes(func, target, config):
+        if config.get(key) or not err.warp_specialized:
             raise
         logger.debug("kernel '%s': over the shared-memory limit when warp-specialized; compiling without", name)
         return _lower(func, target, {**config, key: True}, name)
 
 
-def _specializes(func, target, config) -> bool:
-    """Whether lowering `func` makes a warp-specialized kernel (runs the passes up to that point)."""
-    mod = tirx.transform.BindTarget(target)(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))
-    with pass_config.active(config):
-        for _, p in [(n, _apply_to_funcs(f)) for n, f in _tile_passes()]:
-            mod = p(mod)
+def _is_warp_specialized(mod) -> bool:
     return any(a.attr_key == CONSUMER_BRANCH for f in mod.functions.values() for a in collect(f.body, tirx.AttrStmt))
 
 
@@ -149,7 +144,11 @@ def _lower(func: tirx.PrimFunc, target, config: dict, name: str) -> Lowered:
                 _dump(dump_dir, k, pass_name, mod)
             if pass_name == "merge_shared_memory":
                 # The merged block is each kernel's real shared-memory need: check it against the target.
-                check_shared_memory(mod, target, tiles)
+                try:
+                    check_shared_memory(mod, target, tiles)
+                except SharedMemoryOverLimit as err:
+                    err.warp_specialized = _is_warp_specialized(mod)  # `lower` may retry without the split
+                    raise
                 check_descriptor_alignment(mod)
         host_mod, device_mods = _build_utils.split_host_device_mods(mod)
         host_mod = tvm.s_tir.pipeline.finalize_host_passes()(host_mod)

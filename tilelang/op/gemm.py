@@ -16,6 +16,7 @@ import enum
 from tvm import tirx
 
 from tilelang.language.diagnostics import UserError, at_span
+from tilelang.language.dtypes import bits as dtype_bits
 from tilelang.layout import fragment as fl
 from tilelang.op import base, gemm_wgmma
 from tilelang.op import gemm_instructions as instructions
@@ -221,7 +222,7 @@ def _k_position(k, atom_k: int, pack: int):
 
 def _fragment_a(g: Gemm, w: _WarpTiles) -> fl.Fragment:
     """A (M, K) in registers: held by the warps of its rows, replicated over the warps along N."""
-    pack = 32 // _bits(g.a.buffer.dtype)
+    pack = 32 // dtype_bits(str(g.a.buffer.dtype))
     m, k = fl.placeholder_vars(2, "a")
     t, block, elem = _k_position(k, w.k, pack)
     reg = block * _c(2) + tirx.floordiv(tirx.floormod(m, _c(16)), _c(8))
@@ -234,7 +235,7 @@ def _fragment_a(g: Gemm, w: _WarpTiles) -> fl.Fragment:
 
 def _fragment_b(g: Gemm, w: _WarpTiles) -> fl.Fragment:
     """B (K, N) in registers: held by the warps of its columns, replicated over the warps along M."""
-    pack = 32 // _bits(g.b.buffer.dtype)
+    pack = 32 // dtype_bits(str(g.b.buffer.dtype))
     k, n = fl.placeholder_vars(2, "b")
     t, block, elem = _k_position(k, w.k, pack)
     base_thread = tirx.floordiv(n, _c(w.WN)) * _c(w.wm * 32) + tirx.floormod(n, _c(8)) * _c(4) + t
@@ -251,7 +252,7 @@ def swizzle_bits(region) -> int:
     the chunk index with the row bits spreads those rows over all banks (CuTe's Swizzle<B, 3, 3>).
     """
     buf = region.buffer
-    if buf.scope() == "local.fragment" or _bits(buf.dtype) != 16:
+    if buf.scope() == "local.fragment" or dtype_bits(str(buf.dtype)) != 16:
         return 0
     row = int(buf.shape[-1])
     total = 1
@@ -278,12 +279,6 @@ def shared_layouts(g: Gemm, target=None, num_threads: int | None = None) -> dict
         if bits:
             out[region.buffer] = sl.swizzle(tuple(int(n) for n in region.buffer.shape), 16, bits)
     return out
-
-
-def _bits(dtype) -> int:
-    import tvm
-
-    return tvm.DataType(str(dtype)).bits
 
 
 def _pointer(region, ctx, rw: int):

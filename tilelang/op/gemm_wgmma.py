@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tvm import tirx
 
+from tilelang.language.dtypes import bits as dtype_bits
 from tilelang.layout import fragment as fl
 from tilelang.transform import pass_config
 from tilelang.utils.ir import i32 as _c
@@ -52,9 +53,7 @@ class Plan:
 
 
 def _bits(region) -> int:
-    import tvm
-
-    return tvm.DataType(str(region.buffer.dtype)).bits
+    return dtype_bits(str(region.buffer.dtype))
 
 
 def _panel_bits(region) -> int | None:

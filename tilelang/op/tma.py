@@ -20,14 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import tvm
 from tvm import ir, tirx
 
 from tilelang.language.diagnostics import CompilerError
+from tilelang.language.dtypes import bits as dtype_bits
 from tilelang.layout import layout as sl
 from tilelang.layout.evaluate import evaluate, grid
 from tilelang.op import base
-from tilelang.utils.ir import const_int, extern
+from tilelang.utils.ir import const_int, extern, seq
 
 NAME = "tma_copy"
 
@@ -69,7 +69,7 @@ def tile_of(src: base.Region, dst: base.Region) -> Tile | str:
     extents = [const_int(e) for e in src.extents]
     if any(e is None for e in extents):
         return "the tile's extents are not constants"
-    nbytes = tvm.DataType(str(g.dtype)).bits // 8
+    nbytes = dtype_bits(str(g.dtype)) // 8
     if nbytes == 0:
         return "sub-byte element type"
     if extents[-1] == 1:
@@ -96,8 +96,8 @@ def _tma_panels(rows: int, cols: int, nbytes: int, swizzle: int) -> np.ndarray:
     r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
     byte = (r * span + c % span) * nbytes
     if swizzle:
-        bits = {1: 1, 2: 2, 3: 3}[swizzle]
-        byte = byte ^ (((byte >> 7) & ((1 << bits) - 1)) << 4)
+        # The 16-byte chunk index XORed with the low `swizzle` bits of the 128-byte line index.
+        byte = byte ^ (((byte >> 7) & ((1 << swizzle) - 1)) << 4)
     return (c // span) * rows * span + byte // nbytes
 
 
@@ -149,11 +149,10 @@ class TensorMap:
 
     def host_stmts(self) -> list:
         g = self.buffer
-        dims = [g.shape[i] for i in reversed(range(len(g.shape)))]
-        nbytes = tvm.DataType(str(g.dtype)).bits // 8
-        strides, stride = [], tirx.const(nbytes, "int64")
-        for n in list(g.shape)[::-1][:-1]:
-            stride = stride * tirx.Cast("int64", n) if not isinstance(n, int) else stride * n
+        dims = list(reversed(g.shape))  # innermost first
+        strides, stride = [], tirx.const(dtype_bits(str(g.dtype)) // 8, "int64")
+        for n in dims[:-1]:  # bytes between consecutive indices of dims 1..rank-1
+            stride = stride * tirx.Cast("int64", n)
             strides.append(stride)
         ones = [1] * len(dims)
         encode = tirx.tensormap_encode_tiled(
@@ -213,4 +212,4 @@ def lower(call, ctx, span=None) -> tirx.Stmt:
         smem = tirx.address_of(tirx.BufferLoad(dst.buffer, index))
         c = [coords[0] + p * width if p else coords[0]] + coords[1:]
         stmts.append(extern("tl::tma_load", tmap, barrier, smem, *c))
-    return tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
+    return seq(stmts)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from tvm import DataType, ir, tirx
 
+from tilelang.language.dtypes import bits as dtype_bits
 from tilelang.utils.ir import collect, const_int, is_if_then_else
 
 MAX_VECTOR_BITS = 128
@@ -93,8 +94,8 @@ def plan_vector_size(loop_vars, extents, body, analyzer, limit: int = 0) -> int:
     memory = [(b, idx) for b, idx in accesses if b.scope() in ("global", "shared", "shared.dyn")]
     # Memory accesses are at most 128 bits; values computed in registers (e.g. fp16 widened to fp32)
     # may take two registers' worth, 256 bits.
-    widths = [MAX_VECTOR_BITS // tirx_bits(b) for b, _ in memory]
-    widths += [2 * MAX_VECTOR_BITS // tirx_bits(b) for b, _ in accesses]
+    widths = [MAX_VECTOR_BITS // dtype_bits(str(b.dtype)) for b, _ in memory]
+    widths += [2 * MAX_VECTOR_BITS // dtype_bits(str(b.dtype)) for b, _ in accesses]
     widths += [2 * MAX_VECTOR_BITS // DataType(str(c.ty.dtype)).bits for c in _value_casts(body)]
     widths = widths or [1]
     vec = min(min(widths), limit) if limit else min(widths)
@@ -108,7 +109,3 @@ def plan_vector_size(loop_vars, extents, body, analyzer, limit: int = 0) -> int:
             return vec
         vec //= 2
     return 1
-
-
-def tirx_bits(buffer) -> int:
-    return DataType(str(buffer.dtype)).bits

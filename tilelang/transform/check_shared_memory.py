@@ -50,6 +50,8 @@ def user_shared_tiles(func) -> list[tuple[str, tuple, str, int]]:
 class SharedMemoryOverLimit(UserError):
     """A kernel needs more shared memory than its target has."""
 
+    warp_specialized = False  # set by the pipeline when the kernel had a producer/consumer split
+
 
 def check_shared_memory(mod, target, tiles) -> None:
     """Raise a UserError if a kernel of `mod` (after the merge) needs more than the target allows."""

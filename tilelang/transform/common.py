@@ -23,6 +23,19 @@ def is_thread_extent(stmt, prefix: str = "") -> bool:
     )
 
 
+def is_innermost_thread_extent(stmt) -> bool:
+    """Whether `stmt` is a kernel's last threadIdx extent: its body is the per-thread code."""
+    return is_thread_extent(stmt, "threadIdx") and not is_thread_extent(stmt.body, "threadIdx")
+
+
+def allocate_at_kernel_top(attr, buffers):
+    """The innermost thread extent `attr` with `buffers` allocated before its first statement."""
+    if not buffers:
+        return attr
+    body = tirx.SeqStmt([tirx.AllocBuffer(b) for b in buffers] + [attr.body])
+    return tirx.AttrStmt(attr.node, attr.attr_key, attr.value, body, span=attr.span)
+
+
 class Scope:
     """An analyzer that knows the ranges of loop, thread and block variables, and let values."""
 

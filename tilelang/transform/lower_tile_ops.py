@@ -23,7 +23,14 @@ from tilelang.layout import fragment as fl
 from tilelang.op import base, cumsum, parallel, tma
 from tilelang.op import gemm as gemm_op
 from tilelang.op import reduce as reduce_op
-from tilelang.transform.common import Scope, collect, is_thread_extent, mutate_with_scope, walk
+from tilelang.transform.common import (
+    Scope,
+    allocate_at_kernel_top,
+    collect,
+    is_innermost_thread_extent,
+    mutate_with_scope,
+    walk,
+)
 from tilelang.transform.infer_layout import (
     DYNAMIC,
     FRAGMENT_LAYOUTS,
@@ -106,10 +113,6 @@ class LowerContext:
         return tvm_ffi.structural_map(stmt, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store)], order="post")
 
 
-def _innermost_thread_attr(stmt) -> bool:
-    return is_thread_extent(stmt, "threadIdx") and not is_thread_extent(stmt.body, "threadIdx")
-
-
 def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
     fragments = {}
     if func.attrs is not None and FRAGMENT_LAYOUTS in func.attrs:
@@ -139,14 +142,12 @@ def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
         return stmt
 
     def on_attr(stmt, recurse):
-        if not _innermost_thread_attr(stmt):
+        if not is_innermost_thread_extent(stmt):
             return recurse(stmt)
         outer = ctx.workspaces
         ctx.workspaces = []
-        new = recurse(stmt)
-        if ctx.workspaces:  # shared scratch for this kernel, allocated before its first statement
-            body = seq([tirx.AllocBuffer(w) for w in ctx.workspaces] + [new.body])
-            new = tirx.AttrStmt(new.node, new.attr_key, new.value, body, span=new.span)
+        # Shared scratch for this kernel, allocated before its first statement.
+        new = allocate_at_kernel_top(recurse(stmt), ctx.workspaces)
         ctx.workspaces = outer
         return new
 

@@ -24,7 +24,7 @@ from tilelang.op import base, tma
 from tilelang.op import copy as copy_op
 from tilelang.transform import pass_config
 from tilelang.transform import pipeline_tma as ptma
-from tilelang.transform.common import Scope, is_thread_extent, mutate_with_scope
+from tilelang.transform.common import Scope, allocate_at_kernel_top, is_innermost_thread_extent, mutate_with_scope
 from tilelang.utils.ir import extern, seq
 from tilelang.utils.target import arch_of
 
@@ -70,14 +70,10 @@ def lower_tma_copies(func: tirx.PrimFunc) -> tirx.PrimFunc:
         )
 
     def on_attr(attr, recurse):
-        if not (is_thread_extent(attr, "threadIdx") and not is_thread_extent(attr.body, "threadIdx")):
+        if not is_innermost_thread_extent(attr):
             return recurse(attr)
         barriers.clear()
-        new = recurse(attr)
-        if not barriers:
-            return new
-        body = seq([tirx.AllocBuffer(b) for b in barriers] + [new.body])
-        return tirx.AttrStmt(new.node, new.attr_key, new.value, body, span=new.span)
+        return allocate_at_kernel_top(recurse(attr), barriers)
 
     body = mutate_with_scope(
         func.body,

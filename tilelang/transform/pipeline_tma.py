@@ -37,11 +37,13 @@ from dataclasses import dataclass
 
 from tvm import ir, tirx
 
-from tilelang.op import base, tma
+from tilelang.layout.fragment import substitute
+from tilelang.op import base, gemm_wgmma, tma
 from tilelang.op import gemm as gemm_op
 from tilelang.transform import pass_config
 from tilelang.transform.common import collect, walk
-from tilelang.utils.ir import extern, seq
+from tilelang.transform.infer_layout import ANNOTATED_LAYOUTS, shared_layout_from_ir
+from tilelang.utils.ir import extern, is_zero, seq
 from tilelang.utils.target import arch_of
 
 WS_REGION = "tl.ws"  # AttrStmt value: number of consumer threads
@@ -85,8 +87,6 @@ def _uses(stmt, buffer) -> bool:
 def predicted_layout(tile_buffer, kernel: Kernel):
     """The layout layout inference will give `tile_buffer`: annotated, else the one the gemms that
     read it need, else row-major (None)."""
-    from tilelang.transform.infer_layout import ANNOTATED_LAYOUTS, shared_layout_from_ir
-
     annotated = kernel.func.attrs.get(ANNOTATED_LAYOUTS) if kernel.func.attrs is not None else None
     if annotated is not None and tile_buffer in annotated:
         return shared_layout_from_ir(annotated[tile_buffer])
@@ -150,6 +150,11 @@ def build(loop, stages: int, producers, ordered, versioned, staged: list, kernel
     statement's accesses of the multi-buffered tiles at one stage; `staged` are those tiles' new
     (multi-buffered) buffers."""
     k, n, tx = loop.loop_var, loop.extent, kernel.thread
+
+    def at_iteration(stmt, it):
+        """`stmt` of the loop body at iteration `it` (counted from 0)."""
+        return substitute(stmt, {k: it if is_zero(loop.min) else loop.min + it})
+
     S = tirx.const(stages, "int32")
     tiles = [base.Region.from_ir(p.value.args[1]).buffer for p in producers]
     full = {t: tirx.decl_buffer((stages,), "uint64", f"{t.name}_full", scope="shared") for t in tiles}
@@ -157,7 +162,7 @@ def build(loop, stages: int, producers, ordered, versioned, staged: list, kernel
 
     def load(p, i):
         """Tile copy `p` of iteration i (0-based) into stage i % S, completing on its full barrier."""
-        stmt = _substitute(p, {k: i if _is_zero(loop.min) else loop.min + i})
+        stmt = at_iteration(p, i)
         call = versioned(stmt, tirx.floormod(i, S)).value
         src, dst = base.Region.from_ir(call.args[0]), base.Region.from_ir(call.args[1])
         t = base.Region.from_ir(p.value.args[1]).buffer
@@ -174,7 +179,7 @@ def build(loop, stages: int, producers, ordered, versioned, staged: list, kernel
                     waited.add(t)
                     parity = tirx.floormod(tirx.floordiv(it, S), 2)
                     body.append(extern("tl::mbarrier_wait", _bar(full[t], tirx.floormod(it, S)), parity))
-            it_stmt = _substitute(st, {k: it if _is_zero(loop.min) else loop.min + it})
+            it_stmt = at_iteration(st, it)
             body.append(versioned(it_stmt, tirx.floormod(it, S)))
         return body
 
@@ -242,8 +247,6 @@ def build(loop, stages: int, producers, ordered, versioned, staged: list, kernel
 def _all_async_gemms(consumers, kernel: Kernel) -> bool:
     """Whether the loop body is only wgmma gemms with both operands in shared memory, which may run
     asynchronously across iterations (their accumulators are not read inside the loop)."""
-    from tilelang.op import gemm_wgmma
-
     for st in consumers:
         if not (isinstance(st, tirx.Evaluate) and base.is_tile_op(st.value, gemm_op.NAME)):
             return False
@@ -266,13 +269,3 @@ def _gemm_flags(stmt, tiles, wg_wait: int | None = None):
     pending = g.wg_wait if wg_wait is None else wg_wait
     args = list(call.args[:7]) + [tirx.const(pending, "int32"), tirx.const(int(tma_only), "int32")]
     return tirx.Evaluate(ir.Call(call.op, args, ret_ty="void"), span=stmt.span)
-
-
-def _is_zero(e) -> bool:
-    return isinstance(e, tirx.IntImm) and e.value == 0
-
-
-def _substitute(stmt, mapping):
-    from tilelang.layout.fragment import substitute
-
-    return substitute(stmt, mapping)
