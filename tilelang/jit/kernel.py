@@ -120,10 +120,8 @@ class JITKernel:
             with timed(self.compile_times, "load"):
                 self._module = tvm_ffi.load_module(self._lib_path)
                 self._func = self._module[self.name]
-                try:
-                    self._alloc_func = self._module[self.name + cuda.ALLOC_SUFFIX]
-                except (AttributeError, KeyError, RuntimeError):
-                    self._alloc_func = None
+                entry = self.name + cuda.ALLOC_SUFFIX  # in libraries whose launcher allocates the output
+                self._alloc_func = self._module[entry] if entry in self.host_source else None
             if built_here:
                 front = sum(self.compile_times.get(k, 0.0) for k in ("parse", "passes", "codegen"))
                 self.compile_times["wall"] = front + time.perf_counter() - start
