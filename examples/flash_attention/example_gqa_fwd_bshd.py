@@ -128,7 +128,15 @@ def flashattn(batch, heads, head_kv, seq_len, dim, is_causal, block_M=64, block_
                 if is_causal
                 else T.ceildiv(seq_len, block_N)
             )
-            for k in T.Pipelined(loop_range, num_stages=num_stages):
+            # Hopper: Q·Kᵀ of block k, the rescale and P·V of block k - 1 (stage 1), then the softmax
+            # of block k beside the tensor cores' P·V. Groups: K copy, Q·Kᵀ, softmax, rescale, V copy, P·V.
+            for k in T.Pipelined(
+                loop_range,
+                num_stages=num_stages,
+                order=[-1, 0, 3, 1, -1, 2],
+                stage=[-1, 0, 0, 1, -1, 1],
+                group=[[0], [1, 2], [3, 4, 5, 6, 7, 8, 9], [10], [11], [12]],
+            ):
                 MMA0(K, Q_shared, K_shared, acc_s, k, bx, by, bz)
                 Softmax(acc_s, acc_s_cast, scores_max, scores_max_prev, scores_scale, scores_sum, logsum)
                 Rescale(acc_o, scores_scale)

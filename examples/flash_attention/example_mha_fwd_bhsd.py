@@ -55,7 +55,15 @@ def flashattn(batch, heads, seq_q, seq_kv, dim, is_causal, block_M=64, block_N=6
                 if is_causal
                 else T.ceildiv(seq_kv, block_N)
             )
-            for k in T.Pipelined(loop_range, num_stages=num_stages):
+            # Hopper: Q·Kᵀ of block k, the rescale and P·V of block k - 1 (stage 1), then the softmax
+            # of block k beside the tensor cores' P·V. Groups: K copy, Q·Kᵀ, softmax, rescale, V copy, P·V.
+            for k in T.Pipelined(
+                loop_range,
+                num_stages=num_stages,
+                order=[-1, 0, 3, 1, -1, 2],
+                stage=[-1, 0, 0, 1, -1, 1],
+                group=[[0], [1, 2], [3, 4, 5, 6, 7, 8, 9], [10], [11], [12]],
+            ):
                 T.copy(K[bz, by, k * block_N : (k + 1) * block_N, :], K_shared)
                 if is_causal:
                     for i, j in T.Parallel(block_M, block_N):

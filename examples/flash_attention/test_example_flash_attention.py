@@ -48,6 +48,8 @@ def test_generated_cuda_compiles(arch):
     assert gemm + "ss<" in src and gemm + "rs<" in src  # Q·Kᵀ from shared, P·V with P in registers
     if arch == "sm_90a":  # K and V loaded by TMA from a producer warpgroup
         assert "tl::tma_load" in src and "tl::setmaxnreg_dec" in src
+        # The schedule: P·V of block k - 1 runs on while the softmax of block k waits only for Q·Kᵀ.
+        assert "tl::wgmma_wait<1>();" in src
     else:  # K and V prefetched one iteration ahead
         assert "tl::cp_async" in src
     cuda.compile_object(src, k.target, fast_math=True)

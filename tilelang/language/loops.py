@@ -51,7 +51,12 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
     Args:
         start, stop: the range; `T.Pipelined(n)` is `range(0, n)`.
         num_stages: how many iterations of copies are in flight (shared tiles get that many buffers).
-        order, stage: per-statement order and stage lists that override the planner.
+        order, stage: a schedule that overrides the planner, one entry per statement of the body (or
+            per group). `order`: where the statement goes in the body. `stage`: -1 for the
+            global-to-shared copies the pipeline issues ahead; consumers in stage 1 run one
+            iteration behind those in stage 0 (on Hopper with a producer warpgroup; elsewhere the
+            body keeps the program's order).
+        group: lists of statement indices that share one `order` and `stage` entry.
 
     Example:
         for k in T.Pipelined(T.ceildiv(K, 32), num_stages=3):
@@ -62,14 +67,19 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
         start, stop = 0, start
     ann = dict(annotations or {})
     ann["num_stages"] = int(num_stages)
-    if order is not None:
-        ann["tl_pipeline_order"] = [int(x) for x in order]
-    if stage is not None:
-        ann["tl_pipeline_stage"] = [int(x) for x in stage]
     if (order is None) != (stage is None):
         raise UserError("T.Pipelined: `order` and `stage` must be given together")
     if order is not None and len(order) != len(stage):
         raise UserError(f"T.Pipelined: `order` has {len(order)} entries but `stage` has {len(stage)}")
+    if group is not None:
+        if order is None:
+            raise UserError("T.Pipelined: `group` needs `order` and `stage`, one entry per group")
+        if len(group) != len(order):
+            raise UserError(f"T.Pipelined: `group` has {len(group)} groups but `order` has {len(order)} entries")
+        ann["tl_pipeline_group"] = [[int(x) for x in g] for g in group]
+    if order is not None:
+        ann["tl_pipeline_order"] = [int(x) for x in order]
+        ann["tl_pipeline_stage"] = [int(x) for x in stage]
     return _tb.serial(start, stop, annotations=ann)
 
 

@@ -20,7 +20,7 @@ from tvm import ir, tirx
 
 from tilelang.language.diagnostics import at_span
 from tilelang.layout import fragment as fl
-from tilelang.op import base, cumsum, parallel, tma
+from tilelang.op import base, cumsum, parallel, tma, wgmma_wait
 from tilelang.op import gemm as gemm_op
 from tilelang.op import reduce as reduce_op
 from tilelang.transform.common import (
@@ -45,6 +45,7 @@ _OP_LOWERINGS = {
     cumsum.NAME: cumsum.lower,
     gemm_op.NAME: gemm_op.lower,
     tma.NAME: tma.lower,
+    wgmma_wait.NAME: wgmma_wait.lower,
 }
 
 

@@ -27,6 +27,7 @@ two statements, or by a consumer).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import tvm_ffi
 from tvm import ir, tirx
@@ -106,36 +107,92 @@ def _as_async(stmt):
     return tirx.Evaluate(ir.Call(call.op, args, ret_ty="void"), span=stmt.span)
 
 
+@dataclass
+class Plan:
+    producers: list  # the global-to-shared copies the pipeline issues ahead
+    ordered: list  # every statement, in the order the loop body issues them
+    tiles: list  # the shared tiles the producers write (multi-buffered)
+    stage_of: list  # the consumer stage of each statement of `ordered` (0 for producers)
+    program: list  # the statements in program order
+
+    def in_program_order(self):
+        """The plan with the consumers back in program order and one stage: what runs where only
+        the warp-specialized Hopper pipeline runs consumers of different iterations together (the
+        loop means the same)."""
+        return Plan(self.producers, self.program, self.tiles, [0] * len(self.program), self.program)
+
+
+def _user_schedule(loop, count: int):
+    """Per-statement (order, stage) lists from T.Pipelined's `order`/`stage` (and `group`, whose
+    entries give several statements one order and stage), or None when the user gave none."""
+    user_stage = loop.annotations.get("tl_pipeline_stage")
+    if user_stage is None:
+        return None
+    stage = [int(x) for x in user_stage]
+    order = [int(x) for x in loop.annotations.get("tl_pipeline_order")]
+    placed = [o for o in order if o >= 0]
+    if len(set(placed)) != len(placed) or min(stage) < -1 or min(order) < -1:
+        raise at_span(
+            f"T.Pipelined: `order` entries must be distinct (or -1) and `stage` entries >= -1; "
+            f"got order={order}, stage={stage}",
+            loop.span,
+        )
+    groups = loop.annotations.get("tl_pipeline_group")
+    if groups is not None:
+        groups = [[int(x) for x in g] for g in groups]
+        members = sorted(x for g in groups for x in g)
+        if members != list(range(count)):
+            raise at_span(
+                f"T.Pipelined: `group` must list each of the loop's {count} statements (0..{count - 1}) once; "
+                f"got {groups}",
+                loop.span,
+            )
+        per_order, per_stage = [0] * count, [0] * count
+        for g, o, st in zip(groups, order, stage):
+            for x in g:
+                per_order[x], per_stage[x] = o, st
+        order, stage = per_order, per_stage
+    if len(stage) != count:
+        raise at_span(
+            f"T.Pipelined: `stage` and `order` have {len(stage)} entries but the loop has {count} statements"
+            + ("" if groups is None else f" in {len(groups)} groups"),
+            loop.span,
+        )
+    return order, stage
+
+
 def _plan(loop, stages: int):
-    """(producers, all statements in the order the loop body issues them, multi-buffered tiles)."""
+    """(producers, statements in the order the loop body issues them, multi-buffered tiles, the
+    consumer stage of each statement).
+
+    Without `order`/`stage` the producers are the global-to-shared copies and every consumer is in
+    stage 0. With them, stage -1 marks the producers (the compiler places them; order -1 puts a
+    statement first) and the consumers' stages count from 0: a consumer in stage 1 runs one
+    iteration behind those in stage 0 (FlashAttention's P·V of iteration k - 1 beside the softmax of
+    iteration k). In the older form without -1, statements in a stage below the largest are the
+    producers."""
     stmts = _inline_binds(_statements(loop.body))
     position = list(range(len(stmts)))
-    user_stage = loop.annotations.get("tl_pipeline_stage")
-    if user_stage is not None:
-        user_stage = [int(x) for x in user_stage]
-        user_order = [int(x) for x in loop.annotations.get("tl_pipeline_order")]
-        if len(user_stage) != len(stmts):
-            raise at_span(
-                f"T.Pipelined: `stage` and `order` have {len(user_stage)} entries but the loop has "
-                f"{len(stmts)} statements",
-                loop.span,
-            )
-        if sorted(user_order) != list(range(len(stmts))) or min(user_stage) < 0:
-            raise at_span(
-                f"T.Pipelined: `order` must be a permutation of 0..{len(stmts) - 1} and `stage` entries must "
-                f"be >= 0; got order={user_order}, stage={user_stage}",
-                loop.span,
-            )
-        position = user_order
-        last = max(user_stage)
-        producers = [s for s, st in zip(stmts, user_stage) if st < last]
+    cstage = [0] * len(stmts)
+    schedule = _user_schedule(loop, len(stmts))
+    if schedule is not None:
+        position, user_stage = schedule
+        if -1 in user_stage:
+            producers = [s for s, st in zip(stmts, user_stage) if st == -1]
+            low = min((st for st in user_stage if st >= 0), default=0)
+            cstage = [max(st - low, 0) for st in user_stage]
+        else:
+            last = max(user_stage)
+            producers = [s for s, st in zip(stmts, user_stage) if st < last]
         if not all(_is_producer_copy(s) for s in producers):
             raise at_span(
-                "T.Pipelined: statements in early stages must be copies from global to shared memory", loop.span
+                "T.Pipelined: statements in the producer stage must be copies from global to shared memory", loop.span
             )
     else:
         producers = [s for s in stmts if _is_producer_copy(s)]
-    ordered = [s for _, s in sorted(zip(position, stmts), key=lambda x: x[0])]
+    ranked = sorted(range(len(stmts)), key=lambda j: (position[j], j))
+    ordered = [stmts[j] for j in ranked]
+    stage_of = [cstage[j] for j in ranked]
     consumers = [s for s in stmts if not any(s.same_as(p) for p in producers)]
     tiles = []
     for p in producers:
@@ -155,11 +212,12 @@ def _plan(loop, stages: int):
                     f"a later statement of the loop; the planner cannot buffer it",
                     loop.span,
                 )
-    return producers, ordered, tiles
+    return Plan(producers, ordered, tiles, stage_of, stmts)
 
 
 def _pipeline(loop, stages: int, new_tiles: dict, kernel: pipeline_tma.Kernel):
-    producers, ordered, tiles = _plan(loop, stages)
+    plan = _plan(loop, stages)
+    producers, tiles = plan.producers, plan.tiles
     if not producers:
         return None
     versions = {}
@@ -168,8 +226,13 @@ def _pipeline(loop, stages: int, new_tiles: dict, kernel: pipeline_tma.Kernel):
         versions[t] = new
         new_tiles[t] = new
     reason = pipeline_tma.why_not(producers, kernel)
+    no_ws = reason or pipeline_tma.why_not_specialized(loop, producers, kernel)
+    deep = max(plan.stage_of) > 1
+    if any(plan.stage_of) and (no_ws is not None or deep):
+        why = no_ws if no_ws is not None else "consumer stages beyond 1"
+        logger.debug("pipelined loop '%s': consumers in program order, one stage (%s)", loop.loop_var.name, why)
+        plan = plan.in_program_order()
     if reason is None:
-        no_ws = pipeline_tma.why_not_specialized(loop, producers, kernel)
         if no_ws is not None:
             logger.debug("pipelined loop '%s': TMA without warp specialization (%s)", loop.loop_var.name, no_ws)
 
@@ -177,7 +240,8 @@ def _pipeline(loop, stages: int, new_tiles: dict, kernel: pipeline_tma.Kernel):
             return versioned(stmt, versions, stage)
 
         staged = list(versions.values())
-        return pipeline_tma.build(loop, stages, producers, ordered, at_stage, staged, kernel, no_ws is None)
+        return pipeline_tma.build(loop, stages, plan, at_stage, staged, kernel, no_ws is None)
+    ordered = plan.ordered
     if kernel.target is not None and "sm_90" in str(kernel.target):
         logger.debug("pipelined loop '%s': cp.async instead of TMA (%s)", loop.loop_var.name, reason)
     k, n = loop.loop_var, loop.extent

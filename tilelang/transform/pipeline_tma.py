@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from tvm import ir, tirx
 
 from tilelang.layout.fragment import substitute
-from tilelang.op import base, gemm_wgmma, tma
+from tilelang.op import base, tma
 from tilelang.op import gemm as gemm_op
-from tilelang.transform import pass_config
+from tilelang.transform import pass_config, wgmma_waits
 from tilelang.transform.common import collect, walk
 from tilelang.transform.infer_layout import ANNOTATED_LAYOUTS, shared_layout_from_ir
 from tilelang.utils.ir import extern, is_zero, seq
@@ -67,6 +67,20 @@ class Kernel:
     specialized: list  # the loops already warp-specialized in this kernel (at most one)
     tma_tiles: tuple = ()  # shared tiles only TMA loads write (`lower_tma_copies`)
     nested: bool = False  # the pipelined loop runs inside another loop
+
+
+@dataclass
+class Empty:
+    """One "empty" barrier per stage for the tiles the consumers free together."""
+
+    barrier: object
+    depth: int  # the consumer stage that reads the tiles last
+    staged: list  # the tiles' multi-buffered buffers
+    tiles: list  # the tiles as the loop body names them
+
+
+def _first(tiles, read_in, c):
+    return next(t for t in tiles if read_in[t] == c)
 
 
 def _bar(buffer, index):
@@ -145,11 +159,12 @@ def why_not_specialized(loop, producers, kernel: Kernel) -> str | None:
     return None
 
 
-def build(loop, stages: int, producers, ordered, versioned, staged: list, kernel: Kernel, specialize: bool):
-    """The Hopper pipeline for `loop` (see the module docstring). `versioned(stmt, stage)` points a
-    statement's accesses of the multi-buffered tiles at one stage; `staged` are those tiles' new
-    (multi-buffered) buffers."""
+def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, specialize: bool):
+    """The Hopper pipeline for `loop` (see the module docstring), from `pipeline_loops`' plan.
+    `versioned(stmt, stage)` points a statement's accesses of the multi-buffered tiles at one stage;
+    `staged` are those tiles' new (multi-buffered) buffers."""
     k, n, tx = loop.loop_var, loop.extent, kernel.thread
+    producers = plan.producers
 
     def at_iteration(stmt, it):
         """`stmt` of the loop body at iteration `it` (counted from 0)."""
@@ -157,8 +172,26 @@ def build(loop, stages: int, producers, ordered, versioned, staged: list, kernel
 
     S = tirx.const(stages, "int32")
     tiles = [base.Region.from_ir(p.value.args[1]).buffer for p in producers]
+    consumers = [(st, c) for st, c in zip(plan.ordered, plan.stage_of) if not any(st.same_as(p) for p in producers)]
     full = {t: tirx.decl_buffer((stages,), "uint64", f"{t.name}_full", scope="shared") for t in tiles}
-    empty = tirx.decl_buffer((stages,), "uint64", f"{loop.loop_var.name}_empty", scope="shared")
+    # A tile of iteration j is free once the consumer stage c that reads it has run body j + c:
+    # tiles read in the same stage share one "empty" barrier per stage.
+    read_in = {t: max([c for st, c in consumers if _uses(st, t)], default=0) for t in tiles}
+    depths = sorted(set(read_in.values()))
+    empties = [
+        Empty(
+            tirx.decl_buffer(
+                (stages,),
+                "uint64",
+                f"{loop.loop_var.name}_empty" if len(depths) == 1 else f"{_first(tiles, read_in, c).name}_empty",
+                scope="shared",
+            ),
+            c,
+            [s for t, s in zip(tiles, staged) if read_in[t] == c],
+            [t for t in tiles if read_in[t] == c],
+        )
+        for c in depths
+    ]
 
     def load(p, i):
         """Tile copy `p` of iteration i (0-based) into stage i % S, completing on its full barrier."""
@@ -169,52 +202,53 @@ def build(loop, stages: int, producers, ordered, versioned, staged: list, kernel
         return tma.make(src, dst, _bar(full[t], tirx.floormod(i, S)))
 
     i = tirx.Var("i", "int32")
-    consumers = [s for s in ordered if not any(s.same_as(p) for p in producers)]
 
-    def consumer_body(it):
+    def consumer_items(it, stage_filter=None):
+        """(statement, key, iteration offset) of the consumers run at body iteration `it`: one in
+        consumer stage c works on iteration it - c, after waiting for the tiles of that iteration it
+        reads. Key -1: a barrier wait."""
         body, waited = [], set()
-        for st in consumers:
+        for key, (st, c) in enumerate(consumers):
+            if stage_filter is not None and c != stage_filter:
+                continue
+            own = it - c
             for t in tiles:
-                if t not in waited and _uses(st, t):
-                    waited.add(t)
-                    parity = tirx.floormod(tirx.floordiv(it, S), 2)
-                    body.append(extern("tl::mbarrier_wait", _bar(full[t], tirx.floormod(it, S)), parity))
-            it_stmt = at_iteration(st, it)
-            body.append(versioned(it_stmt, tirx.floormod(it, S)))
+                if (t, c) not in waited and _uses(st, t):
+                    waited.add((t, c))
+                    parity = tirx.floormod(tirx.floordiv(own, S), 2)
+                    body.append((extern("tl::mbarrier_wait", _bar(full[t], tirx.floormod(own, S)), parity), -1, -c))
+            body.append((versioned(at_iteration(st, own), tirx.floormod(own, S)), key, -c))
         return body
 
     init = [extern("tl::mbarrier_init", _bar(full[t], s), 1) for t in tiles for s in range(stages)]
     if specialize:
-        init += [extern("tl::mbarrier_init", _bar(empty, s), kernel.threads // 32) for s in range(stages)]
+        warps = kernel.threads // 32
+        init += [extern("tl::mbarrier_init", _bar(e.barrier, s), warps) for e in empties for s in range(stages)]
     init.append(extern("tl::fence_barrier_init"))
     prelude = [tirx.IfThenElse(tx == 0, seq(init), None), extern("__syncthreads")]
-    allocs = [tirx.AllocBuffer(full[t]) for t in tiles] + ([tirx.AllocBuffer(empty)] if specialize else [])
+    allocs = [tirx.AllocBuffer(full[t]) for t in tiles]
+    allocs += [tirx.AllocBuffer(e.barrier) for e in empties] if specialize else []
 
     if specialize:
         ip = tirx.Var("i_load", "int32")
-        wait_empty = tirx.IfThenElse(
-            ip >= S,
-            extern(
-                "tl::mbarrier_wait",
-                _bar(empty, tirx.floormod(ip, S)),
-                tirx.floormod(tirx.floordiv(ip, S) + 1, 2),
-            ),
-            None,
-        )
-        produce = tirx.For(ip, 0, n, tirx.ForKind.SERIAL, seq([wait_empty] + [load(p, ip) for p in producers]))
+
+        def wait_empty(e):
+            """Before the first load into a stage's tiles of `e`: wait until the consumers freed them."""
+            wait = extern(
+                "tl::mbarrier_wait", _bar(e.barrier, tirx.floormod(ip, S)), tirx.floormod(tirx.floordiv(ip, S) + 1, 2)
+            )
+            return tirx.IfThenElse(ip >= S, wait, None)
+
+        loads, waited = [], []
+        for p, t in zip(producers, tiles):
+            e = next(e for e in empties if any(t.same_as(x) for x in e.tiles))
+            if e not in waited:
+                waited.append(e)
+                loads.append(wait_empty(e))
+            loads.append(load(p, ip))
+        produce = tirx.For(ip, 0, n, tirx.ForKind.SERIAL, seq(loads))
         producer = tirx.IfThenElse(tx == 0, produce, None)  # tx counts from the producer warpgroup's start
-        if _all_async_gemms(consumers, kernel):
-            # Keep the tensor cores busy across iterations: iteration i's wgmmas run on while the
-            # thread waits only for iteration i - 1's, and then frees that stage.
-            consume = [_gemm_flags(st, staged + list(kernel.tma_tiles), 1) for st in consumer_body(i)] + [
-                tirx.IfThenElse(i > 0, extern("tl::mbarrier_arrive_warp", _bar(empty, tirx.floormod(i - 1, S))), None)
-            ]
-            after = [extern("tl::wgmma_wait<0>")]
-        else:
-            consume = [_gemm_flags(st, staged + list(kernel.tma_tiles)) for st in consumer_body(i)]
-            consume.append(extern("tl::mbarrier_arrive_warp", _bar(empty, tirx.floormod(i, S))))
-            after = []
-        consumer = seq([tirx.For(i, 0, n, tirx.ForKind.SERIAL, seq(consume), span=loop.span)] + after)
+        consumer = _consumer_loops(loop, i, stages, consumers, consumer_items, empties, staged, kernel)
         region = seq(
             allocs
             + [
@@ -239,21 +273,78 @@ def build(loop, stages: int, producers, ordered, versioned, staged: list, kernel
     body = [
         extern("__syncthreads"),  # every thread is done with stage (i - 1) % S, which the loads overwrite
         tirx.IfThenElse(tirx.And(tx == 0, ahead < n), seq([load(p, ahead) for p in producers]), None),
-    ] + [_gemm_flags(st, staged + list(kernel.tma_tiles)) for st in consumer_body(i)]
+    ] + [_gemm_flags(st, staged + list(kernel.tma_tiles)) for st, _, _ in consumer_items(i)]
     main = tirx.For(i, 0, n, tirx.ForKind.SERIAL, seq(body), span=loop.span)
     return seq(allocs + prelude + [tirx.IfThenElse(tx == 0, first, None), main])
 
 
-def _all_async_gemms(consumers, kernel: Kernel) -> bool:
-    """Whether the loop body is only wgmma gemms with both operands in shared memory, which may run
-    asynchronously across iterations (their accumulators are not read inside the loop)."""
-    for st in consumers:
-        if not (isinstance(st, tirx.Evaluate) and base.is_tile_op(st.value, gemm_op.NAME)):
-            return False
-        g = gemm_op.Gemm(st.value)
-        if g.kind != "ss" or g.wg_wait != 0 or gemm_wgmma.plan(g, kernel.target, kernel.threads) is None:
-            return False
-    return bool(consumers)
+def _consumer_loops(loop, i, stages, consumers, consumer_items, empties, staged, kernel):
+    """The consumers' side of a warp-specialized pipeline. With consumers in stage 1, a prologue
+    runs stage 0 of iteration 0 and an epilogue stage 1 of the last iteration, around a loop from 1.
+    wgmma gemms run asynchronously with the waits `wgmma_waits` places; each iteration frees the
+    oldest stage nothing reads any more."""
+    n, S = loop.extent, tirx.const(stages, "int32")
+    tiles = staged + list(kernel.tma_tiles)
+
+    def flags(st, wg_wait):
+        return _gemm_flags(st, tiles, wg_wait)
+
+    # Gemms the user made asynchronous (wg_wait != 0) keep the user's waits.
+    manual = any(
+        isinstance(st, tirx.Evaluate) and base.is_tile_op(st.value, gemm_op.NAME) and gemm_op.Gemm(st.value).wg_wait
+        for st, _ in consumers
+    )
+    depth = max(c for _, c in consumers)
+
+    def run(items, flight=()):
+        w = wgmma_waits.Waits(kernel, flags, flight)
+        out = []
+        for st, key, offset in items:
+            out += [flags(st, None)] if manual or key < 0 else w.statement(st, key, offset)
+        return out, w
+
+    def free(e, iteration, guard=None):
+        """Arrive on `e`'s barrier of `iteration` (one arrival per consumer warp)."""
+        arrive = extern("tl::mbarrier_arrive_warp", _bar(e.barrier, tirx.floormod(iteration, S)))
+        return [tirx.IfThenElse(guard, arrive, None) if guard is not None else arrive]
+
+    def steady(flight):
+        out, w = run(consumer_items(i), flight)
+        deferred = []
+        for e in empties:
+            # Nothing after this body reads `e`'s tiles of iteration i - e.depth. When gemms reading
+            # them still run, free the stage before instead (where the stages allow): they run on.
+            if not manual and w.release_needs_wait(-e.depth, e.staged) and stages >= e.depth + 2:
+                deferred.append(e)
+                out += w.release(-e.depth - 1, e.staged) + free(e, i - e.depth - 1, i >= e.depth + 1)
+            else:
+                out += ([] if manual else w.release(-e.depth, e.staged)) + free(e, i - e.depth)
+        return out, w, deferred
+
+    flight = []
+    for _ in range(4):
+        out, w, deferred = steady(flight)
+        if wgmma_waits.signature(w.shifted()) == wgmma_waits.signature(flight):
+            break
+        flight = w.shifted()
+    else:  # no steady state: every iteration starts with nothing in flight
+        out, w, deferred = steady([])
+        out += w.drain()
+    body = tirx.For(i, depth, n - depth, tirx.ForKind.SERIAL, seq(wgmma_waits.fold(out, flags)), span=loop.span)
+    parts = [body] + w.drain()
+    if depth:
+        # The prologue frees iteration 0 of the tiles only stage 0 reads, unless the loop frees each
+        # iteration one late (it then frees iteration 0 itself).
+        zero = tirx.const(0, "int32")
+        pro, wp = run(consumer_items(zero, stage_filter=0))
+        pro += wp.drain() + [st for e in empties if e.depth == 0 and e not in deferred for st in free(e, zero)]
+        epi, we = run(consumer_items(n, stage_filter=1))
+        parts = (
+            [tirx.IfThenElse(n > 0, seq(wgmma_waits.fold(pro, flags)), None)]
+            + parts
+            + [tirx.IfThenElse(n > 0, seq(wgmma_waits.fold(epi + we.drain(), flags)), None)]
+        )
+    return seq(parts)
 
 
 def _gemm_flags(stmt, tiles, wg_wait: int | None = None):

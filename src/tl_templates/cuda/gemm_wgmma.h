@@ -162,7 +162,9 @@ TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C) {
   fence_operands<S::MI * S::Regs>(C);
 }
 
-// A in registers (the A-fragment layout of tilelang/op/gemm_wgmma.py), B in shared memory.
+// A in registers (the A-fragment layout of tilelang/op/gemm_wgmma.py), B in shared memory. The
+// tensor cores read A's registers after the instruction issues, so with Wait != 0 the caller keeps
+// A's array unchanged, and fences it, until the group is waited for (tl.wgmma_wait does both).
 template <int M, int N, int K, int WgM, int WgN, bool TransA, bool TransB, bool Clear, int RowsA, int LdA, int SwzA,
           int RowsB, int LdB, int SwzB, int Wait = 0, bool Fence = true, typename TA, typename TB, typename TC>
 TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C) {
@@ -172,11 +174,9 @@ TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C) {
   constexpr Major MB = TransB ? Major::K : Major::MN;
   using Atom = typename Op<S::WGN, TA, TC, Major::K, MB>::RS;
   const int wg = threadIdx.x / 128, n0 = (wg / WgM) * S::WGN;
-  // The tensor cores read A's registers after the instruction issues: keep them live and unchanged
-  // until the wait (fenced on both sides, as the accumulators are).
-  uint32_t a[S::MI * S::KT][4];
-#pragma unroll
-  for (int i = 0; i < S::MI * S::KT * 4; ++i) a[i / 4][i % 4] = reinterpret_cast<const uint32_t*>(A)[i];
+  // The caller's own registers, four 32-bit registers per instruction (no copy: a copy's registers
+  // could be reused before an asynchronous group reads them).
+  uint32_t(*a)[4] = reinterpret_cast<uint32_t(*)[4]>(const_cast<TA*>(A));
   fence_operands<S::MI * S::KT * 4>(&a[0][0]);
   if constexpr (Fence) fence_proxy_async();
   fence_operands<S::MI * S::Regs>(C);
@@ -192,10 +192,25 @@ TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C) {
     }
   }
   cute::warpgroup_commit_batch();
-  static_assert(Wait == 0, "an A operand in registers must stay live until its wgmmas finish: use wg_wait=0");
-  cute::warpgroup_wait<0>();
+  if constexpr (Wait >= 0) cute::warpgroup_wait<Wait>();
   fence_operands<S::MI * S::Regs>(C);
   fence_operands<S::MI * S::KT * 4>(&a[0][0]);
+}
+
+// Keeps a register array (`Count` elements) in place across this point: an empty asm reads and
+// writes each 32-bit register, so the compiler neither moves accesses of the array across it nor
+// reuses its registers before it (tl.wgmma_wait, after an asynchronous group that used the array).
+template <int Count, typename T>
+TL_DEVICE void fence_registers(T* p) {
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int i = 0; i < Count; ++i) cute::warpgroup_fence_operand(p[i]);
+  } else {
+    static_assert(Count * sizeof(T) % 4 == 0, "a register array is whole 32-bit registers");
+    uint32_t* r = reinterpret_cast<uint32_t*>(p);
+#pragma unroll
+    for (int i = 0; i < Count * int(sizeof(T)) / 4; ++i) cute::warpgroup_fence_operand(r[i]);
+  }
 }
 
 // Wait until at most `Pending` wgmma groups of this thread are still running (T.wait_wgmma).

@@ -1,0 +1,88 @@
+"""Asynchronous wgmma in warp-specialized loops: where the waits go, consumer stages (prologue, loop,
+epilogue), which stage each iteration frees, and nvcc compiling the result (sm_90a, no GPU)."""
+
+import os
+import re
+import sys
+
+import tilelang
+import tilelang.language as T
+from tilelang.codegen import cuda
+
+_EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples")
+sys.path[:0] = [os.path.join(_EXAMPLES, "flash_attention"), os.path.join(_EXAMPLES, "deepseek_mla")]
+import example_mha_fwd_bshd as fa  # noqa: E402
+import example_mla_decode as mla  # noqa: E402
+
+
+def _calls(src, pattern):
+    return [m.group(0) for m in re.finditer(pattern, src)]
+
+
+def _fa(target="sm_90a"):
+    f = fa.flashattn.factory(2, 4, 512, 128, False, 128, 128, 2, 256)
+    return tilelang.compile(f, out_idx=[3], target=target, pass_configs={"tl.enable_fast_math": True})
+
+
+def test_flash_attention_schedule_runs_pv_beside_the_softmax():
+    k = _fa()
+    src = k.get_kernel_source()
+    loop = src[src.index("for (int i = 1; i < 4; ++i)") :]
+    loop = loop[: loop.index("tl::wgmma_rs<128, 128, 128, 2, 1, false, false, false, 0, 0, 0, 128, 128, 3, 0,")]
+    # In the loop: Q·Kᵀ of block i and P·V of block i - 1 are issued without a wait; the softmax waits
+    # for Q·Kᵀ only (wait<1>), and P is rewritten only after P·V is done (wait<0>, P fenced).
+    gemms = _calls(loop, r"tl::wgmma_(ss|rs)<[^>]*>")
+    assert [g[:11] for g in gemms] == ["tl::wgmma_s", "tl::wgmma_r"] and all(", -1, " in g for g in gemms)
+    assert loop.index("tl::wgmma_rs") < loop.index("tl::wgmma_wait<1>();") < loop.index("tl::wgmma_wait<0>();")
+    assert "tl::fence_registers<64>((&(acc_s_local_ptr[0])));" in loop
+    assert "tl::fence_registers<64>((&(acc_s_cast_local_ptr[0])));" in loop
+    # K and V are freed separately: K of block i at the end of body i, V of block i - 1.
+    assert "tl::mbarrier_arrive_warp((&(K_shared_empty_ptr[(i & 1)])));" in loop
+    assert "tl::mbarrier_arrive_warp((&(V_shared_empty_ptr[((i + 1) & 1)])));" in loop
+    # The prologue (Q·Kᵀ and softmax of block 0) frees K of block 0; the epilogue runs P·V of the last.
+    prologue = src[: src.index("for (int i = 1; i < 4; ++i)")]
+    assert "tl::mbarrier_arrive_warp((&(K_shared_empty_ptr[0])));" in prologue
+    assert "tl::wgmma_ss<128, 128, 128, 2, 1, false, true, false, 128, 128, 3, 128, 128, 3, -1, false>" in prologue
+    assert "tl::mbarrier_wait((&(V_shared_full_ptr[1])), 1);" in src  # block 3's V, before the last P·V
+    # The producer waits for each tile's own stage to be freed.
+    assert "tl::mbarrier_wait((&(K_shared_empty_ptr[(i_load & 1)]))" in src
+    assert "tl::mbarrier_wait((&(V_shared_empty_ptr[(i_load & 1)]))" in src
+    cuda.compile_object(src, k.target, fast_math=True)
+
+
+def test_without_warp_specialization_the_schedule_is_not_used():
+    f = fa.flashattn.factory(2, 4, 512, 128, False, 128, 128, 2, 256)
+    k = tilelang.compile(f, out_idx=[3], target="sm_90a", pass_configs={"tl.disable_warp_specialized": True})
+    src = k.get_kernel_source()
+    assert "for (int i = 1;" not in src and "wgmma_wait" not in src and ", -1, " not in src
+
+
+def test_mla_pv_runs_into_the_next_iteration():
+    f = mla.mla_decode.factory(64, 128, 1, 8192, 512, 64, 64, 64, 1, "float16")
+    src = tilelang.compile(f, out_idx=[6], target="sm_90a").get_kernel_source()
+    # P·V (reading the KV stage) runs on past the end of the body: that body frees the stage before.
+    assert re.search(r"tl::wgmma_ss<64, 512, 64, 1, 2, [^>]*, -1, true>", src)
+    assert re.search(r"if \(1 <= i\) \{\s*tl::mbarrier_arrive_warp\(\(&\(k_empty_ptr\[\(\(i \+ 1\) & 1\)\]\)\)\);", src)
+    # After the loop everything is waited for and the accumulator fenced before the epilogue reads it.
+    tail = src[src.rindex("tl::wgmma_wait<0>();") :]
+    assert tail.startswith("tl::wgmma_wait<0>();\n") and "tl::fence_registers<128>((&(acc_o_local_ptr[0])));" in tail
+
+
+def test_a_gemm_the_user_made_asynchronous_keeps_the_users_waits():
+    @T.prim_func
+    def main(A: T.Tensor((128, 512), "float16"), B: T.Tensor((512, 128), "float16"), C: T.Tensor((128, 128), "float")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((128, 64), "float16")
+            B_s = T.alloc_shared((64, 128), "float16")
+            C_f = T.alloc_fragment((128, 128), "float")
+            T.clear(C_f)
+            for k in T.Pipelined(8, num_stages=2):
+                T.copy(A[0, k * 64], A_s)
+                T.copy(B[k * 64, 0], B_s)
+                T.gemm(A_s, B_s, C_f, wg_wait=-1)
+                T.wait_wgmma(0)
+            T.copy(C_f, C)
+
+    src = tilelang.compile(main, out_idx=[2], target="sm_90a").get_kernel_source()
+    assert len(_calls(src, r"tl::wgmma_wait<")) == 1 and "fence_registers" not in src
+    assert "tl::mbarrier_arrive_warp((&(k_empty_ptr[(i & 1)])));" in src

@@ -1,0 +1,42 @@
+"""`tl.wgmma_wait(pending, fragment...)`: wait for this thread's asynchronous wgmma gemms, keeping
+the registers they read or write in place until the wait.
+
+Made by the pipeline planner (`transform/wgmma_waits.py`), not by users (`T.wait_wgmma` is the
+user's plain wait). Lowering: `tl::wgmma_wait<pending>()`, then a register fence on each fragment
+(an empty asm that reads and writes every register of the array). The fences stop the compiler from
+reading an accumulator before the wait, or from reusing the registers of an A operand the tensor
+cores have not read yet.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from tilelang.op import base
+from tilelang.utils.ir import extern, i32, seq
+
+NAME = "wgmma_wait"
+
+
+def make(pending: int, fragments) -> tirx.Stmt:
+    """The wait statement: at most `pending` wgmma groups still running, `fragments` fenced."""
+    regions = [base.Region(b, [i32(0)] * len(b.shape), list(b.shape)).to_ir() for b in fragments]
+    return tirx.Evaluate(base.make_call(NAME, [i32(pending)] + regions))
+
+
+def pending_of(call) -> int:
+    return int(call.args[0].value)
+
+
+def fragments_of(call) -> list:
+    return [base.Region.from_ir(r).buffer for r in call.args[1:]]
+
+
+def lower(call, ctx, span=None) -> tirx.Stmt:
+    out = [extern(f"tl::wgmma_wait<{pending_of(call)}>")]
+    for buf in fragments_of(call):
+        local = ctx.local_of(buf)
+        n = int(local.shape[0])
+        ptr = tirx.tvm_access_ptr(tirx.type_annotation(str(local.dtype)), local.data, i32(0), i32(n), 3)
+        out.append(extern(f"tl::fence_registers<{n}>", ptr))
+    return seq(out)

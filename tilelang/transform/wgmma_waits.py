@@ -1,0 +1,163 @@
+"""Where the waits of asynchronous wgmma gemms go in a warp-specialized consumer loop (analysis used
+by `pipeline_tma`).
+
+A wgmma gemm runs on the tensor cores after the thread issues it; `wgmma.wait_group N` waits until
+at most N of the thread's groups are still running. Every wgmma gemm of the loop is issued without
+a wait, and a statement waits only for the gemms whose registers or tiles it touches, so the tensor
+cores work beside the statements in between (a softmax, the next iteration's barrier waits):
+
+    gemm(Q_s, K_s, S)        # issued, runs on            in flight: [QK]
+    rescale(O)                                           # touches neither S nor P
+    gemm(P, V_s, O)          # issued, runs on            in flight: [QK, PV]
+    wait<1>(S)               # before the first read of S: QK done, PV may run on
+    softmax(S)
+    wait<0>(P, O)            # before P is rewritten: the tensor cores may still be reading it
+    P = S
+
+Statement X waits for an in-flight gemm G when X reads or writes G's accumulator, writes G's A
+operand (a fragment) or writes a shared tile G reads; a gemm on G's accumulator does not wait (the
+tensor cores keep the order). Freeing a stage of the pipeline waits for the gemms that read it. The
+wait is `wait<k>`, k the number of groups issued after the newest one waited for, and it fences the
+fragments those gemms used (`op/wgmma_wait.py`); a wait right after the gemm it is for becomes the
+gemm's own `wg_wait`.
+
+Across the loop's back edge the gemms still in flight at the end of the body are in flight at its
+start: the body is planned again from that state until the state repeats. The first iteration
+starts with fewer groups in flight (a suffix of that state), for which every `wait<k>` still holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tvm import ir, tirx
+
+from tilelang.op import base, gemm_wgmma, wgmma_wait
+from tilelang.op import copy as copy_op
+from tilelang.op import gemm as gemm_op
+from tilelang.utils.ir import collect
+
+
+@dataclass(frozen=True)
+class Group:
+    """One asynchronous gemm in flight."""
+
+    key: int  # which statement of the loop body issued it
+    offset: int  # the iteration it belongs to, relative to the body's own (0, -1, ...)
+    acc: object  # accumulator fragment
+    a_regs: object  # A operand fragment, or None
+    reads: tuple  # shared tiles it reads
+
+
+def _buffers(stmt):
+    """(buffers `stmt` touches, buffers it writes), at tile-op level."""
+    touched = [ld.source for ld in collect(stmt, ir.TensorLoad)] + [r.source for r in collect(stmt, ir.TensorRegion)]
+    written = [st.buffer for st in collect(stmt, tirx.BufferStore)]
+    for call in collect(stmt, ir.Call):
+        if not base.is_tile_op(call):
+            continue
+        regions = [base.Region.from_ir(a).buffer for a in call.args if isinstance(a, ir.TensorRegion)]
+        if base.is_tile_op(call, copy_op.NAME):
+            written.append(regions[1])
+        elif base.is_tile_op(call, gemm_op.NAME):
+            written.append(regions[2])
+        elif base.is_tile_op(call, "fill"):
+            written.append(regions[0])
+        else:  # reductions and the rest: treat every operand as written
+            written += regions
+    touched += written
+    return touched, written
+
+
+def _has(buffers, b) -> bool:
+    return b is not None and any(x.same_as(b) for x in buffers)
+
+
+class Waits:
+    """Plans one straight-line run of statements, starting from the groups in `flight`."""
+
+    def __init__(self, kernel, flags, flight=()):
+        self.kernel = kernel
+        self.flags = flags  # flags(gemm statement, wg_wait) -> the statement with that wait
+        self.flight = list(flight)
+
+    def async_gemm(self, stmt):
+        """The parsed gemm when `stmt` is a top-level wgmma gemm that may run asynchronously."""
+        if not (isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value, gemm_op.NAME)):
+            return None
+        g = gemm_op.Gemm(stmt.value)
+        if gemm_wgmma.plan(g, self.kernel.target, self.kernel.threads) is None:
+            return None
+        return g
+
+    def _wait_for(self, conflicts) -> list:
+        """The wait for the in-flight groups for which `conflicts(group)` holds (and all older)."""
+        hits = [j for j, g in enumerate(self.flight) if conflicts(g)]
+        if not hits:
+            return []
+        done, self.flight = self.flight[: hits[-1] + 1], self.flight[hits[-1] + 1 :]
+        fences = []
+        for g in done:
+            for b in (g.acc, g.a_regs):
+                if b is not None and not _has(fences, b):
+                    fences.append(b)
+        return [wgmma_wait.make(len(self.flight), fences)]
+
+    def statement(self, stmt, key: int, offset: int = 0) -> list:
+        g = self.async_gemm(stmt)
+        if g is None:
+            touched, written = _buffers(stmt)
+            out = self._wait_for(
+                lambda G: _has(touched, G.acc) or _has(written, G.a_regs) or any(_has(written, t) for t in G.reads)
+            )
+            return out + [stmt]
+        a_regs = g.a.buffer if g.a.buffer.scope() == "local.fragment" else None
+        out = self._wait_for(lambda G: _has([G.acc], a_regs) or _has([g.c.buffer], G.a_regs))
+        reads = tuple(r.buffer for r in (g.a, g.b) if r.buffer.scope().startswith("shared"))
+        self.flight.append(Group(key, offset, g.c.buffer, a_regs, reads))
+        return out + [self.flags(stmt, -1)]
+
+    def _reads_stage(self, g, offset, tiles) -> bool:
+        return g.offset <= offset and any(_has(tiles, t) for t in g.reads)
+
+    def release_needs_wait(self, offset: int, tiles) -> bool:
+        """Whether freeing the stage of multi-buffered `tiles` of iteration `offset` (relative to
+        the body's) would wait for a group."""
+        return any(self._reads_stage(g, offset, tiles) for g in self.flight)
+
+    def release(self, offset: int, tiles) -> list:
+        """The wait before freeing the stage of `tiles` of iteration `offset`."""
+        return self._wait_for(lambda g: self._reads_stage(g, offset, tiles))
+
+    def drain(self) -> list:
+        return self._wait_for(lambda g: True)
+
+    def shifted(self) -> list:
+        """The groups in flight as the next iteration sees them."""
+        return [replace(g, offset=g.offset - 1) for g in self.flight]
+
+
+def signature(flight) -> list:
+    return [(g.key, g.offset) for g in flight]
+
+
+def fold(stmts, flags) -> list:
+    """A wait right after the gemm it is for (fencing only that gemm's fragments) becomes the gemm's
+    own `wg_wait`: the gemm template waits and fences its accumulator and A operand itself."""
+    out = []
+    for st in stmts:
+        prev = out[-1] if out else None
+        if (
+            isinstance(prev, tirx.Evaluate)
+            and isinstance(st, tirx.Evaluate)
+            and base.is_tile_op(st.value, wgmma_wait.NAME)
+            and base.is_tile_op(prev.value, gemm_op.NAME)
+            and gemm_op.Gemm(prev.value).wg_wait == -1
+        ):
+            g = gemm_op.Gemm(prev.value)
+            own = [g.c.buffer] + ([g.a.buffer] if g.a.buffer.scope() == "local.fragment" else [])
+            if all(_has(own, b) for b in wgmma_wait.fragments_of(st.value)):
+                out[-1] = flags(prev, wgmma_wait.pending_of(st.value))
+                continue
+        out.append(st)
+    return out
