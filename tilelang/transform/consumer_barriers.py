@@ -4,7 +4,9 @@ wait for the consumer threads only.
 `warp_specialize` left the producer and consumer sides in sequence; here they become the two
 branches of `if threadIdx.x < C` (C consumer threads). A `__syncthreads()` inside the consumer
 branch would also wait for the producer warpgroup, which is blocked on the consumers' empty
-barriers: a deadlock. Each becomes `bar.sync 1, C` (barrier 0 is `__syncthreads`'s).
+barriers: a deadlock. Each becomes `bar.sync 1, C` (barrier 0 is `__syncthreads`'s). The two
+consumer warpgroups' turns at the tensor cores (`pipeline_tma`) are dropped when such a barrier lies
+inside a turn.
 
 Requires: barrier insertion (`ThreadSync`) done. Guarantees: no `tl.ws_*_branch` attribute remains.
 """
@@ -26,7 +28,40 @@ def _is_block_barrier(stmt) -> bool:
     return call.op.name == "tirx.call_extern" and str(call.args[0].value) == "__syncthreads"
 
 
+def _extern_name(stmt):
+    call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
+    if isinstance(call, ir.Call) and isinstance(call.op, ir.Op) and call.op.name == "tirx.call_extern":
+        return str(call.args[0].value)
+    return None
+
+
+def _without_unsafe_turns(body):
+    """The consumer warpgroups' turns at the tensor cores (`tl::pingpong_*`) stay only when no
+    barrier over all consumers lies inside a turn (between a warpgroup's `pingpong_sync` and its
+    `pingpong_arrive`): the warpgroup would wait there for the other, which waits for its turn.
+    Otherwise the turns are dropped."""
+    unsafe, in_turn = [], [False]
+
+    def on_eval(stmt):
+        name = _extern_name(stmt) or ""
+        if name == "tl::pingpong_sync":
+            in_turn[0] = True
+        elif name == "tl::pingpong_arrive":
+            in_turn[0] = False
+        elif _is_block_barrier(stmt) and in_turn[0]:
+            unsafe.append(stmt)
+
+    tvm_ffi.structural_walk(body, [(tirx.Evaluate, on_eval)], order="pre")
+    if not unsafe:
+        return body
+    nop = tirx.Evaluate(tirx.const(0, "int32"))
+    return tvm_ffi.structural_map(
+        body, [(tirx.Evaluate, lambda s: nop if (_extern_name(s) or "").startswith("tl::pingpong_") else s)]
+    )
+
+
 def _consumer_only(body, threads: int):
+    body = _without_unsafe_turns(body)
     barrier = tirx.Evaluate(tirx.call_extern("void", f"tl::named_barrier_sync<1, {threads}>"))
     return tvm_ffi.structural_map(body, [(tirx.Evaluate, lambda s: barrier if _is_block_barrier(s) else s)])
 

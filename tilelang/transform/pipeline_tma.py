@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from tvm import ir, tirx
 
 from tilelang.layout.fragment import substitute
-from tilelang.op import base, tma
+from tilelang.op import base, gemm_wgmma, tma
 from tilelang.op import gemm as gemm_op
 from tilelang.transform import pass_config, wgmma_waits
 from tilelang.transform.common import collect, walk
@@ -330,7 +330,13 @@ def _consumer_loops(loop, i, stages, consumers, consumer_items, empties, staged,
     else:  # no steady state: every iteration starts with nothing in flight
         out, w, deferred = steady([])
         out += w.drain()
-    body = tirx.For(i, depth, n - depth, tirx.ForKind.SERIAL, seq(wgmma_waits.fold(out, flags)), span=loop.span)
+    turns = not manual and _take_turns(consumers, kernel)
+
+    def finish(stmts):
+        stmts = wgmma_waits.fold(stmts, flags)
+        return seq(_in_turn(stmts) if turns else stmts)
+
+    body = tirx.For(i, depth, n - depth, tirx.ForKind.SERIAL, finish(out), span=loop.span)
     parts = [body] + w.drain()
     if depth:
         # The prologue frees iteration 0 of the tiles only stage 0 reads, unless the loop frees each
@@ -340,11 +346,38 @@ def _consumer_loops(loop, i, stages, consumers, consumer_items, empties, staged,
         pro += wp.drain() + [st for e in empties if e.depth == 0 and e not in deferred for st in free(e, zero)]
         epi, we = run(consumer_items(n, stage_filter=1))
         parts = (
-            [tirx.IfThenElse(n > 0, seq(wgmma_waits.fold(pro, flags)), None)]
+            [tirx.IfThenElse(n > 0, finish(pro), None)]
             + parts
-            + [tirx.IfThenElse(n > 0, seq(wgmma_waits.fold(epi + we.drain(), flags)), None)]
+            + [tirx.IfThenElse(n > 0, finish(epi + we.drain()), None)]
         )
+    if turns:
+        parts = [extern("tl::pingpong_init")] + parts
     return seq(parts)
+
+
+def _is_gemm(stmt) -> bool:
+    return isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value, gemm_op.NAME)
+
+
+def _take_turns(consumers, kernel: Kernel) -> bool:
+    """Whether the two consumer warpgroups should take turns issuing their gemms: each owns half of
+    the rows of every wgmma gemm, and the loop also has other work (a softmax) to overlap with the
+    other's gemms. `consumer_barriers` drops the turns again if the loop needs a barrier over both."""
+    if kernel.threads != 256:
+        return False
+    gemms = [st for st, _ in consumers if _is_gemm(st)]
+    plans = [gemm_wgmma.plan(gemm_op.Gemm(st.value), kernel.target, kernel.threads) for st in gemms]
+    others = [st for st, _ in consumers if not _is_gemm(st)]
+    return bool(gemms) and bool(others) and all(p is not None and p.wg_m == 2 for p in plans)
+
+
+def _in_turn(stmts):
+    """`stmts` with its gemms issued in this warpgroup's turn (tma.h, pingpong_*)."""
+    at = [j for j, st in enumerate(stmts) if _is_gemm(st)]
+    if not at:
+        return stmts
+    a, b = at[0], at[-1] + 1
+    return stmts[:a] + [extern("tl::pingpong_sync")] + stmts[a:b] + [extern("tl::pingpong_arrive")] + stmts[b:]
 
 
 def _gemm_flags(stmt, tiles, wg_wait: int | None = None):

@@ -1,5 +1,6 @@
 """Asynchronous wgmma in warp-specialized loops: where the waits go, consumer stages (prologue, loop,
-epilogue), which stage each iteration frees, and nvcc compiling the result (sm_90a, no GPU)."""
+epilogue), which stage each iteration frees, the two consumer warpgroups' turns at the tensor cores,
+and nvcc compiling the result (sm_90a, no GPU)."""
 
 import os
 import re
@@ -47,7 +48,52 @@ def test_flash_attention_schedule_runs_pv_beside_the_softmax():
     # The producer waits for each tile's own stage to be freed.
     assert "tl::mbarrier_wait((&(K_shared_empty_ptr[(i_load & 1)]))" in src
     assert "tl::mbarrier_wait((&(V_shared_empty_ptr[(i_load & 1)]))" in src
+    # The two warpgroups (64 rows each) take turns issuing their gemms: in the prologue, the loop
+    # (Q·Kᵀ through P·V) and the epilogue; warpgroup 1 lets warpgroup 0 go first.
+    assert src.count("tl::pingpong_init();") == 1 and src.index("tl::pingpong_init();") < src.index("for (int i = 1;")
+    assert src.count("tl::pingpong_sync();") == 3 and src.count("tl::pingpong_arrive();") == 3
+    assert loop.index("tl::pingpong_sync();") < loop.index("tl::wgmma_ss") < loop.index("tl::wgmma_rs")
+    assert loop.index("tl::wgmma_rs") < loop.index("tl::pingpong_arrive();") < loop.index("tl::wgmma_wait<1>();")
     cuda.compile_object(src, k.target, fast_math=True)
+
+
+def _two_gemms(threads=256):
+    """C = A·B per block of K, then D += C·W: C goes through shared memory between the gemms."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((128, 512), "float16"),
+        B: T.Tensor((512, 128), "float16"),
+        W: T.Tensor((128, 128), "float16"),
+        D: T.Tensor((128, 128), "float"),
+    ):
+        with T.Kernel(1, threads=threads):
+            A_s = T.alloc_shared((128, 64), "float16")
+            B_s = T.alloc_shared((64, 128), "float16")
+            W_s = T.alloc_shared((128, 128), "float16")
+            S_s = T.alloc_shared((128, 128), "float16")
+            C_f = T.alloc_fragment((128, 128), "float")
+            D_f = T.alloc_fragment((128, 128), "float")
+            T.copy(W, W_s)
+            T.clear(D_f)
+            for k in T.Pipelined(8, num_stages=2):
+                T.copy(A[0, k * 64], A_s)
+                T.copy(B[k * 64, 0], B_s)
+                T.gemm(A_s, B_s, C_f, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+                T.copy(C_f, S_s)
+                T.gemm(S_s, W_s, D_f, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(D_f, D)
+
+    return main
+
+
+def test_no_turns_across_a_barrier_over_both_warpgroups():
+    k = tilelang.compile(_two_gemms(), out_idx=[3], target="sm_90a")
+    src = k.get_kernel_source()
+    # Between the two gemms (one turn), C's tile in shared memory needs a barrier over both
+    # warpgroups: one would wait there for the other, waiting for its turn. No turns.
+    assert "tl::named_barrier_sync<1, 256>();" in src and "pingpong" not in src
+    cuda.compile_object(src, k.target)
 
 
 def test_without_warp_specialization_the_schedule_is_not_used():
