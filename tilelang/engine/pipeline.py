@@ -16,6 +16,7 @@ from tvm import s_tir, tirx
 
 from tilelang.language.diagnostics import CompilerError, UserError
 from tilelang.transform import pass_config
+from tilelang.transform.align_shared_tiles import align_shared_tiles
 from tilelang.transform.check_descriptor_alignment import check_descriptor_alignment
 from tilelang.transform.check_shared_memory import SharedMemoryOverLimit, check_shared_memory, user_shared_tiles
 from tilelang.transform.common import collect
@@ -74,6 +75,9 @@ def _tvm_passes(config: dict):
         ("remove_no_op", tirx.transform.RemoveNoOp()),
         ("verify_memory", tirx.transform.VerifyMemory()),
         ("annotate_entry_func", tirx.transform.AnnotateEntryFunc()),
+        # Hopper: each tile a whole number of 1024-byte blocks, so packing keeps TMA destinations
+        # and swizzled wgmma operands aligned.
+        ("align_shared_tiles", _apply_to_funcs(align_shared_tiles)),
         # One dynamic shared-memory block per kernel; the launcher raises the limit past 48 KB.
         # Tiles whose lifetimes do not overlap may share bytes, so this comes before the barriers.
         ("merge_shared_memory", s_tir.transform.MergeSharedMemoryAllocations()),

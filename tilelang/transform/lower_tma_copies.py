@@ -2,7 +2,7 @@
 kernel (outside any loop or condition) becomes a TMA load waited for on its own mbarrier.
 
 Before:  T.copy(Q[bz, bx * 128:bx * 128 + 128, by, :], Q_shared)
-After:   (kernel top) Q_shared_bar = T.alloc_shared((1,), "uint64")
+After:   (kernel top) Q_shared_bar = T.alloc_shared((1,), "uint64")   # one per copy ("tma_bars")
          if tx == 0: mbarrier_init(Q_shared_bar, 1); fence_barrier_init()
          __syncthreads()                   # the barrier is ready; earlier reads of Q_shared are done
          if tx == 0: tma_copy(Q[...], Q_shared, Q_shared_bar)
@@ -18,7 +18,8 @@ Guarantees: every rewritten copy is a `tl.tma_copy` issued by thread 0 with its 
 
 from __future__ import annotations
 
-from tvm import tirx
+import tvm_ffi
+from tvm import ir, tirx
 
 from tilelang.op import base, tma
 from tilelang.op import copy as copy_op
@@ -36,7 +37,11 @@ def lower_tma_copies(func: tirx.PrimFunc) -> tirx.PrimFunc:
     if pass_config.enabled(pass_config.PassConfigKey.TL_DISABLE_TMA_LOWER):
         return func
     scope = Scope()
-    barriers = []  # of the kernel being rewritten, allocated at its top
+    # The kernel's copies share one barrier array, one barrier each: separate allocations could be
+    # given the same bytes (their lifetimes do not overlap), and an mbarrier must not be
+    # initialized again while threads may still be waiting on it.
+    placeholder = tirx.decl_buffer((1 << 16,), "uint64", "tma_bars", scope="shared")
+    tiles = []  # the tiles the current kernel's copies write, in order
     depth = [0]  # loops and conditions around the statement being visited
 
     def nested(node, recurse):
@@ -56,9 +61,8 @@ def lower_tma_copies(func: tirx.PrimFunc) -> tirx.PrimFunc:
         kernel = ptma.Kernel(func, target, tx, int(threads), only_x=True, specialized=[])
         if tma.box_plan(tile, ptma.predicted_layout(dst.buffer, kernel)) is None:
             return stmt
-        bar = tirx.decl_buffer((1,), "uint64", f"{dst.buffer.name}_bar", scope="shared")
-        barriers.append(bar)
-        ptr = tirx.address_of(tirx.BufferLoad(bar, [0]))
+        ptr = tirx.address_of(tirx.BufferLoad(placeholder, [len(tiles)]))
+        tiles.append(dst.buffer)
         init = seq([extern("tl::mbarrier_init", ptr, 1), extern("tl::fence_barrier_init")])
         return seq(
             [
@@ -72,8 +76,18 @@ def lower_tma_copies(func: tirx.PrimFunc) -> tirx.PrimFunc:
     def on_attr(attr, recurse):
         if not is_innermost_thread_extent(attr):
             return recurse(attr)
-        barriers.clear()
-        return allocate_at_kernel_top(recurse(attr), barriers)
+        tiles.clear()
+        body = recurse(attr)
+        if not tiles:
+            return body
+        name = f"{tiles[0].name}_bar" if len(tiles) == 1 else "tma_bars"
+        bars = tirx.decl_buffer((len(tiles),), "uint64", name, scope="shared")
+
+        def on_load(ld):
+            return tirx.BufferLoad(bars, list(ld.indices)) if ld.source.same_as(placeholder) else ld
+
+        body = tvm_ffi.structural_map(body, [(ir.TensorLoad, on_load)])
+        return allocate_at_kernel_top(body, [bars])
 
     body = mutate_with_scope(
         func.body,
