@@ -10,18 +10,21 @@ tile j, so one tile's load overlaps the work on another's.
 Warp-specialized (default; `tl.disable_warp_specialized` turns it off):
 
     for i in range(n):                         # producer: one thread of an extra warpgroup
-        if i >= S: wait(empty[i % S], (i // S + 1) & 1)      # consumers are done with the stage
-        for each tile j: expect_tx + TMA of iteration i into stage i % S, on full_j[i % S]
+        for each tile j:
+            if i >= S: wait(empty_j[i % S], (i // S + 1) & 1)    # consumers are done with the stage
+            expect_tx + TMA of iteration i into stage i % S, on full_j[i % S]
     for i in range(n):                         # consumers: the kernel's own threads
         wait(full_j[i % S], (i // S) & 1) before the first reader of tile j
         loop body on stage i % S
-        arrive(empty[i % S])                   # one per consumer warp (the barrier's count)
+        arrive(empty_j[i % S])                 # one per consumer warp (the barrier's count)
 
-When the body is only wgmma gemms on shared tiles, iteration i's gemms run on while the consumers
-wait for iteration i - 1's (wg_wait=1) and then free stage (i - 1) % S. A gemm whose shared
-operands only TMA writes skips the proxy fence. The producer warpgroup is left out when the loop's
-trip count or coordinates read values the consumers compute (registers, shared memory); TMA is left
-out for loops inside other loops (the barrier parities count from the loop's first iteration).
+Tiles the consumers read in the same consumer stage share one "empty" barrier per stage. The
+consumers' side (`consumer_loop`) also runs consumer stages one iteration apart, runs the wgmma
+gemms asynchronously (`wgmma_waits`) and lets two warpgroups take turns at the tensor cores. A
+gemm whose shared operands only TMA writes skips the proxy fence. The producer warpgroup is left out
+when the loop's trip count or coordinates read values the consumers compute (registers, shared
+memory); TMA is left out for loops inside other loops (the barrier parities count from the loop's
+first iteration).
 
 The two loops are left in a `tl.ws` region (prelude: barrier allocation and initialization;
 producer; consumer). `warp_specialize` later adds the warpgroup, splits the threads, and sets the
@@ -38,10 +41,11 @@ from dataclasses import dataclass
 from tvm import ir, tirx
 
 from tilelang.layout.fragment import substitute
-from tilelang.op import base, gemm_wgmma, tma
+from tilelang.op import base, tma
 from tilelang.op import gemm as gemm_op
-from tilelang.transform import pass_config, wgmma_waits
+from tilelang.transform import consumer_loop, pass_config
 from tilelang.transform.common import collect, walk
+from tilelang.transform.consumer_loop import Empty, barrier, gemm_flags
 from tilelang.transform.infer_layout import ANNOTATED_LAYOUTS, shared_layout_from_ir
 from tilelang.utils.ir import extern, is_zero, seq
 from tilelang.utils.target import arch_of
@@ -69,22 +73,8 @@ class Kernel:
     nested: bool = False  # the pipelined loop runs inside another loop
 
 
-@dataclass
-class Empty:
-    """One "empty" barrier per stage for the tiles the consumers free together."""
-
-    barrier: object
-    depth: int  # the consumer stage that reads the tiles last
-    staged: list  # the tiles' multi-buffered buffers
-    tiles: list  # the tiles as the loop body names them
-
-
 def _first(tiles, read_in, c):
     return next(t for t in tiles if read_in[t] == c)
-
-
-def _bar(buffer, index):
-    return tirx.address_of(tirx.BufferLoad(buffer, [index]))
 
 
 def _uses(stmt, buffer) -> bool:
@@ -199,7 +189,7 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
         call = versioned(stmt, tirx.floormod(i, S)).value
         src, dst = base.Region.from_ir(call.args[0]), base.Region.from_ir(call.args[1])
         t = base.Region.from_ir(p.value.args[1]).buffer
-        return tma.make(src, dst, _bar(full[t], tirx.floormod(i, S)))
+        return tma.make(src, dst, barrier(full[t], tirx.floormod(i, S)))
 
     i = tirx.Var("i", "int32")
 
@@ -216,14 +206,14 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
                 if (t, c) not in waited and _uses(st, t):
                     waited.add((t, c))
                     parity = tirx.floormod(tirx.floordiv(own, S), 2)
-                    body.append((extern("tl::mbarrier_wait", _bar(full[t], tirx.floormod(own, S)), parity), -1, -c))
+                    body.append((extern("tl::mbarrier_wait", barrier(full[t], tirx.floormod(own, S)), parity), -1, -c))
             body.append((versioned(at_iteration(st, own), tirx.floormod(own, S)), key, -c))
         return body
 
-    init = [extern("tl::mbarrier_init", _bar(full[t], s), 1) for t in tiles for s in range(stages)]
+    init = [extern("tl::mbarrier_init", barrier(full[t], s), 1) for t in tiles for s in range(stages)]
     if specialize:
         warps = kernel.threads // 32
-        init += [extern("tl::mbarrier_init", _bar(e.barrier, s), warps) for e in empties for s in range(stages)]
+        init += [extern("tl::mbarrier_init", barrier(e.barrier, s), warps) for e in empties for s in range(stages)]
     init.append(extern("tl::fence_barrier_init"))
     prelude = [tirx.IfThenElse(tx == 0, seq(init), None), extern("__syncthreads")]
     allocs = [tirx.AllocBuffer(full[t]) for t in tiles]
@@ -234,9 +224,8 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
 
         def wait_empty(e):
             """Before the first load into a stage's tiles of `e`: wait until the consumers freed them."""
-            wait = extern(
-                "tl::mbarrier_wait", _bar(e.barrier, tirx.floormod(ip, S)), tirx.floormod(tirx.floordiv(ip, S) + 1, 2)
-            )
+            parity = tirx.floormod(tirx.floordiv(ip, S) + 1, 2)
+            wait = extern("tl::mbarrier_wait", barrier(e.barrier, tirx.floormod(ip, S)), parity)
             return tirx.IfThenElse(ip >= S, wait, None)
 
         loads, waited = [], []
@@ -248,7 +237,7 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
             loads.append(load(p, ip))
         produce = tirx.For(ip, 0, n, tirx.ForKind.SERIAL, seq(loads))
         producer = tirx.IfThenElse(tx == 0, produce, None)  # tx counts from the producer warpgroup's start
-        consumer = _consumer_loops(loop, i, stages, consumers, consumer_items, empties, staged, kernel)
+        consumer = consumer_loop.build(loop, i, stages, consumers, consumer_items, empties, staged, kernel)
         region = seq(
             allocs
             + [
@@ -273,123 +262,6 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
     body = [
         extern("__syncthreads"),  # every thread is done with stage (i - 1) % S, which the loads overwrite
         tirx.IfThenElse(tirx.And(tx == 0, ahead < n), seq([load(p, ahead) for p in producers]), None),
-    ] + [_gemm_flags(st, staged + list(kernel.tma_tiles)) for st, _, _ in consumer_items(i)]
+    ] + [gemm_flags(st, staged + list(kernel.tma_tiles)) for st, _, _ in consumer_items(i)]
     main = tirx.For(i, 0, n, tirx.ForKind.SERIAL, seq(body), span=loop.span)
     return seq(allocs + prelude + [tirx.IfThenElse(tx == 0, first, None), main])
-
-
-def _consumer_loops(loop, i, stages, consumers, consumer_items, empties, staged, kernel):
-    """The consumers' side of a warp-specialized pipeline. With consumers in stage 1, a prologue
-    runs stage 0 of iteration 0 and an epilogue stage 1 of the last iteration, around a loop from 1.
-    wgmma gemms run asynchronously with the waits `wgmma_waits` places; each iteration frees the
-    oldest stage nothing reads any more."""
-    n, S = loop.extent, tirx.const(stages, "int32")
-    tiles = staged + list(kernel.tma_tiles)
-
-    def flags(st, wg_wait):
-        return _gemm_flags(st, tiles, wg_wait)
-
-    # Gemms the user made asynchronous (wg_wait != 0) keep the user's waits.
-    manual = any(
-        isinstance(st, tirx.Evaluate) and base.is_tile_op(st.value, gemm_op.NAME) and gemm_op.Gemm(st.value).wg_wait
-        for st, _ in consumers
-    )
-    depth = max(c for _, c in consumers)
-
-    def run(items, flight=()):
-        w = wgmma_waits.Waits(kernel, flags, flight)
-        out = []
-        for st, key, offset in items:
-            out += [flags(st, None)] if manual or key < 0 else w.statement(st, key, offset)
-        return out, w
-
-    def free(e, iteration, guard=None):
-        """Arrive on `e`'s barrier of `iteration` (one arrival per consumer warp)."""
-        arrive = extern("tl::mbarrier_arrive_warp", _bar(e.barrier, tirx.floormod(iteration, S)))
-        return [tirx.IfThenElse(guard, arrive, None) if guard is not None else arrive]
-
-    def steady(flight):
-        out, w = run(consumer_items(i), flight)
-        deferred = []
-        for e in empties:
-            # Nothing after this body reads `e`'s tiles of iteration i - e.depth. When gemms reading
-            # them still run, free the stage before instead (where the stages allow): they run on.
-            if not manual and w.release_needs_wait(-e.depth, e.staged) and stages >= e.depth + 2:
-                deferred.append(e)
-                out += w.release(-e.depth - 1, e.staged) + free(e, i - e.depth - 1, i >= e.depth + 1)
-            else:
-                out += ([] if manual else w.release(-e.depth, e.staged)) + free(e, i - e.depth)
-        return out, w, deferred
-
-    flight = []
-    for _ in range(4):
-        out, w, deferred = steady(flight)
-        if wgmma_waits.signature(w.shifted()) == wgmma_waits.signature(flight):
-            break
-        flight = w.shifted()
-    else:  # no steady state: every iteration starts with nothing in flight
-        out, w, deferred = steady([])
-        out += w.drain()
-    turns = not manual and _take_turns(consumers, kernel)
-
-    def finish(stmts):
-        stmts = wgmma_waits.fold(stmts, flags)
-        return seq(_in_turn(stmts) if turns else stmts)
-
-    body = tirx.For(i, depth, n - depth, tirx.ForKind.SERIAL, finish(out), span=loop.span)
-    parts = [body] + w.drain()
-    if depth:
-        # The prologue frees iteration 0 of the tiles only stage 0 reads, unless the loop frees each
-        # iteration one late (it then frees iteration 0 itself).
-        zero = tirx.const(0, "int32")
-        pro, wp = run(consumer_items(zero, stage_filter=0))
-        pro += wp.drain() + [st for e in empties if e.depth == 0 and e not in deferred for st in free(e, zero)]
-        epi, we = run(consumer_items(n, stage_filter=1))
-        parts = (
-            [tirx.IfThenElse(n > 0, finish(pro), None)]
-            + parts
-            + [tirx.IfThenElse(n > 0, finish(epi + we.drain()), None)]
-        )
-    if turns:
-        parts = [extern("tl::pingpong_init")] + parts
-    return seq(parts)
-
-
-def _is_gemm(stmt) -> bool:
-    return isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value, gemm_op.NAME)
-
-
-def _take_turns(consumers, kernel: Kernel) -> bool:
-    """Whether the two consumer warpgroups should take turns issuing their gemms: each owns half of
-    the rows of every wgmma gemm, and the loop also has other work (a softmax) to overlap with the
-    other's gemms. `consumer_barriers` drops the turns again if the loop needs a barrier over both."""
-    if kernel.threads != 256:
-        return False
-    gemms = [st for st, _ in consumers if _is_gemm(st)]
-    plans = [gemm_wgmma.plan(gemm_op.Gemm(st.value), kernel.target, kernel.threads) for st in gemms]
-    others = [st for st, _ in consumers if not _is_gemm(st)]
-    return bool(gemms) and bool(others) and all(p is not None and p.wg_m == 2 for p in plans)
-
-
-def _in_turn(stmts):
-    """`stmts` with its gemms issued in this warpgroup's turn (tma.h, pingpong_*)."""
-    at = [j for j, st in enumerate(stmts) if _is_gemm(st)]
-    if not at:
-        return stmts
-    a, b = at[0], at[-1] + 1
-    return stmts[:a] + [extern("tl::pingpong_sync")] + stmts[a:b] + [extern("tl::pingpong_arrive")] + stmts[b:]
-
-
-def _gemm_flags(stmt, tiles, wg_wait: int | None = None):
-    """A gemm statement with `wg_wait` (None: unchanged) and, when every shared operand is a tile
-    only the TMA unit writes (`tiles`), marked as needing no proxy fence (registers need none).
-    Other statements are returned unchanged."""
-    if not (isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value, gemm_op.NAME)):
-        return stmt
-    call = stmt.value
-    g = gemm_op.Gemm(call)
-    shared = [r.buffer for r in (g.a, g.b) if r.buffer.scope().startswith("shared")]
-    tma_only = all(any(b.same_as(t) for t in tiles) for b in shared)
-    pending = g.wg_wait if wg_wait is None else wg_wait
-    args = list(call.args[:7]) + [tirx.const(pending, "int32"), tirx.const(int(tma_only), "int32")]
-    return tirx.Evaluate(ir.Call(call.op, args, ret_ty="void"), span=stmt.span)
