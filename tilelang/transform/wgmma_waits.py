@@ -55,6 +55,8 @@ def _buffers(stmt):
     written = [st.buffer for st in collect(stmt, tirx.BufferStore)]
     for call in collect(stmt, ir.Call):
         if not base.is_tile_op(call):
+            # A buffer passed whole to another call (an extern's pointer): read and written.
+            written += [a for a in call.args if base.is_buffer(a)]
             continue
         regions = [base.Region.from_ir(a).buffer for a in call.args if isinstance(a, ir.TensorRegion)]
         if base.is_tile_op(call, copy_op.NAME):
