@@ -1,0 +1,297 @@
+"""The barrier protocol of Hopper pipelines (TMA and mbarriers, with or without a producer
+warpgroup), run on the CPU: the lowered device IR is interpreted for one block, one agent per warp
+(lane 0), keeping only what synchronizes: mbarriers (init, arrivals, expect_tx, parity waits),
+named barriers and `__syncthreads`. The TMA unit is taken to land a load at once. Every kernel must
+finish (no deadlock) and every mbarrier wait must pass on exactly the phase it is for (a producer
+running two phases ahead would overwrite a stage still in use), whatever order the warps run in
+(several schedules). Kernels that never free a stage, or refill one too early, are caught."""
+
+import os
+import random
+import re
+import sys
+
+import pytest
+import tvm_ffi
+from tvm import ir, tirx
+
+from tilelang.engine.pipeline import lower
+from tilelang.utils.target import determine_target
+
+_EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples")
+sys.path[:0] = [os.path.join(_EXAMPLES, d) for d in ("flash_attention", "deepseek_mla", "gemm")]
+import example_gemm as gemm  # noqa: E402
+import example_mha_fwd_bshd as fa  # noqa: E402
+import example_mla_decode as mla  # noqa: E402
+
+
+class ProtocolError(AssertionError):
+    pass
+
+
+class _Block:
+    """The synchronization state of one thread block."""
+
+    def __init__(self, threads):
+        self.threads = threads
+        self.mbar = {}  # (buffer name, index) -> [expected arrivals, arrivals so far, completed phases]
+        self.named = {}  # barrier id -> [threads arrived, generation]
+
+    def arrive(self, bar):
+        if bar not in self.mbar:
+            raise ProtocolError(f"arrival on {bar} before its initialization")
+        state = self.mbar[bar]
+        state[1] += 1
+        if state[1] == state[0]:
+            state[1], state[2] = 0, state[2] + 1
+
+    def named_arrive(self, bar_id, count):
+        state = self.named.setdefault(bar_id, [0, 0])
+        state[0] += 32
+        generation = state[1]
+        if state[0] == count:
+            state[0], state[1] = 0, state[1] + 1
+        return generation
+
+
+def _key(ptr, env):
+    """(buffer name, index) of an `address_of(buf[i])` barrier pointer."""
+    load = ptr.args[0]
+    return load.source.name, _int(load.indices[0], env)
+
+
+_BINARY = {
+    "Add": lambda a, b: a + b,
+    "Sub": lambda a, b: a - b,
+    "Mul": lambda a, b: a * b,
+    "FloorDiv": lambda a, b: a // b,
+    "FloorMod": lambda a, b: a % b,
+    "Div": lambda a, b: int(a / b),
+    "Mod": lambda a, b: a - b * int(a / b),
+    "Min": min,
+    "Max": max,
+    "EQ": lambda a, b: int(a == b),
+    "NE": lambda a, b: int(a != b),
+    "LT": lambda a, b: int(a < b),
+    "LE": lambda a, b: int(a <= b),
+    "GT": lambda a, b: int(a > b),
+    "GE": lambda a, b: int(a >= b),
+    "And": lambda a, b: int(bool(a) and bool(b)),
+    "Or": lambda a, b: int(bool(a) or bool(b)),
+    "BitwiseAnd": lambda a, b: a & b,
+    "BitwiseOr": lambda a, b: a | b,
+    "BitwiseXor": lambda a, b: a ^ b,
+    "RShift": lambda a, b: a >> b,
+    "LShift": lambda a, b: a << b,
+}
+
+
+def _int(expr, env):
+    """The integer value of an index expression, its variables bound in `env`."""
+    kind = type(expr).__name__
+    if isinstance(expr, tirx.IntImm):
+        return int(expr.value)
+    if isinstance(expr, ir.Var):
+        for k, v in env.items():
+            if not isinstance(k, str) and k.same_as(expr):
+                return int(v.value)
+        raise ProtocolError(f"'{expr.name}' is not known for one block")
+    if kind in _BINARY:
+        return _BINARY[kind](_int(expr.a, env), _int(expr.b, env))
+    if kind == "Not":
+        return int(not _int(expr.a, env))
+    if kind == "Cast":
+        return _int(expr.value, env)
+    if kind == "Select":
+        return _int(expr.true_value if _int(expr.condition, env) else expr.false_value, env)
+    if isinstance(expr, ir.Call) and getattr(expr.op, "name", "") == "prim.if_then_else":
+        return _int(expr.args[1] if _int(expr.args[0], env) else expr.args[2], env)
+    raise ProtocolError(f"cannot evaluate {expr} for one block")
+
+
+def _agent(stmt, env, block, tx, consumed):
+    """Runs `stmt` as the warp whose lane 0 is thread `tx`; yields a predicate while blocked."""
+    if isinstance(stmt, tirx.SeqStmt):
+        for s in stmt.seq:
+            yield from _agent(s, env, block, tx, consumed)
+    elif isinstance(stmt, tirx.AttrStmt):
+        if stmt.attr_key == "thread_extent":
+            iv = stmt.node
+            env[iv.var] = tirx.const(tx if iv.thread_tag == "threadIdx.x" else env["block"][iv.thread_tag], "int32")
+        yield from _agent(stmt.body, env, block, tx, consumed)
+    elif isinstance(stmt, tirx.For):
+        lo, extent = _int(stmt.min, env), _int(stmt.extent, env)
+        for value in range(lo, lo + extent):
+            env[stmt.loop_var] = tirx.const(value, "int32")
+            yield from _agent(stmt.body, env, block, tx, consumed)
+    elif isinstance(stmt, tirx.IfThenElse):
+        if _int(stmt.condition, env):
+            yield from _agent(stmt.then_case, env, block, tx, consumed)
+        elif stmt.else_case is not None:
+            yield from _agent(stmt.else_case, env, block, tx, consumed)
+    elif isinstance(stmt, tirx.Bind):
+        try:
+            env[stmt.var] = tirx.const(_int(stmt.value, env), "int32")
+        except (ProtocolError, AttributeError, TypeError, ValueError):
+            pass  # not an index (a float, a pointer): nothing the barriers depend on
+    elif isinstance(stmt, tirx.Evaluate):
+        yield from _call(stmt.value, env, block, tx, consumed)
+
+
+def _call(call, env, block, tx, consumed):
+    if not (isinstance(call, ir.Call) and getattr(call.op, "name", "") == "tirx.call_extern"):
+        return
+    name, args = str(call.args[0].value), list(call.args[1:])
+    if name == "tl::mbarrier_init":
+        block.mbar[_key(args[0], env)] = [_int(args[1], env), 0, 0]
+    elif name in ("tl::mbarrier_arrive_expect_tx", "tl::mbarrier_arrive_warp"):
+        block.arrive(_key(args[0], env))
+    elif name == "tl::mbarrier_wait":
+        bar, parity = _key(args[0], env), _int(args[1], env)
+        if bar not in block.mbar:
+            raise ProtocolError(f"warp {tx // 32} waits on {bar} before its initialization")
+        yield lambda: block.mbar[bar][2] % 2 != parity
+        want = consumed.get(bar, 0) + 1
+        if block.mbar[bar][2] != want:
+            raise ProtocolError(
+                f"warp {tx // 32} passed {bar} (parity {parity}) after {block.mbar[bar][2]} phases, "
+                f"expecting phase {want}: a stage was refilled before it was freed"
+            )
+        consumed[bar] = want
+    elif name == "__syncthreads" or name.startswith("tl::named_barrier_sync<") or name == "tl::pingpong_sync":
+        if name == "__syncthreads":
+            bar_id, count = 0, block.threads
+        elif name == "tl::pingpong_sync":
+            bar_id, count = 2 + tx // 128, 256
+        else:
+            bar_id, count = (int(x) for x in re.findall(r"\d+", name))
+        generation = block.named_arrive(bar_id, count)
+        yield lambda: block.named[bar_id][1] > generation
+    elif name == "tl::pingpong_arrive":
+        block.named_arrive(3 - tx // 128, 256)
+    elif name == "tl::pingpong_init" and tx // 128 == 1:
+        block.named_arrive(2, 256)
+
+
+def run_block(device_func, threads, block_index, seed):
+    """Interprets one block of `device_func`; raises ProtocolError on a deadlock or an overrun."""
+    block = _Block(threads)
+    agents = {}
+    for tx in range(0, threads, 32):
+        env = {"block": block_index}
+        agents[tx] = (_agent(device_func.body, env, block, tx, {}), [None])
+    rng = random.Random(seed)
+    while agents:
+        progressed = False
+        order = list(agents)
+        rng.shuffle(order)
+        for tx in order:
+            gen, blocked = agents[tx]
+            if blocked[0] is not None and not blocked[0]():
+                continue
+            progressed = True
+            try:
+                blocked[0] = next(gen)
+            except StopIteration:
+                del agents[tx]
+        if not progressed:
+            raise ProtocolError(f"deadlock: warps {sorted(tx // 32 for tx in agents)} wait forever")
+
+
+def _device_kernel(func, configs=None):
+    low = lower(func, determine_target("sm_90a"), configs or {})
+    (kernel,) = [f for gv, f in low.device_mod.functions.items() if "kernel" in gv.name_hint]
+    threads = [a.value for a in _thread_extents(kernel) if a.node.thread_tag == "threadIdx.x"][0]
+    return kernel, int(threads)
+
+
+def _thread_extents(func):
+    out = []
+    tvm_ffi.structural_walk(
+        func.body, [(tirx.AttrStmt, lambda a: out.append(a) if a.attr_key == "thread_extent" else None)]
+    )
+    return out
+
+
+def _check(func, blocks, configs=None, seeds=3):
+    kernel, threads = _device_kernel(func, configs)
+    for b in blocks:
+        for seed in range(seeds):
+            run_block(kernel, threads, b, seed)
+
+
+def _bx(x):
+    return {"blockIdx.x": x, "blockIdx.y": 0, "blockIdx.z": 0}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_schedule(causal):
+    # Causal row blocks 0..3 run 1..4 iterations: prologue and epilogue only, up to a full loop.
+    f = fa.flashattn.factory(1, 1, 512, 128, causal, 128, 128, 2, 256)
+    _check(f, [_bx(x) for x in range(4)], {"tl.enable_fast_math": True})
+
+
+def test_flash_attention_one_warpgroup_masked_tail():
+    _check(fa.flashattn.factory(1, 1, 200, 64, True, 64, 64, 2, 128), [_bx(x) for x in range(4)])
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("specialized", [True, False])
+def test_gemm(stages, specialized):
+    # Without a producer warpgroup, thread 0 issues the TMA loads ahead (the same mbarriers).
+    f = gemm.matmul.factory(256, 256, 512, 128, 256, 64, "float16", "float", 256, stages)
+    _check(f, [_bx(0)], {} if specialized else {"tl.disable_warp_specialized": True})
+
+
+def test_mla_split_and_combine_kernels():
+    f = mla.mla_decode.factory(2, 128, 1, 1024, 512, 64, 64, 64, 2, "float16")
+    low = lower(f, determine_target("sm_90a"), {})
+    kernels = [fn for gv, fn in low.device_mod.functions.items()]
+    assert len(kernels) == 2
+    for kernel in kernels:
+        threads = int([a.value for a in _thread_extents(kernel) if a.node.thread_tag == "threadIdx.x"][0])
+        for seed in range(2):
+            run_block(kernel, threads, {"blockIdx.x": 0, "blockIdx.y": 0, "blockIdx.z": 1}, seed)
+
+
+def test_a_stage_never_freed_is_caught():
+    f = fa.flashattn.factory(1, 1, 512, 128, False, 128, 128, 2, 256)
+    kernel, threads = _device_kernel(f, {"tl.enable_fast_math": True})
+
+    def drop_prologue_free(stmt):
+        call = stmt.value
+        if isinstance(call, ir.Call) and getattr(call.op, "name", "") == "tirx.call_extern":
+            if str(call.args[0].value) == "tl::mbarrier_arrive_warp" and call.args[1].args[0].source.name == (
+                "K_shared_empty"
+            ):
+                index = call.args[1].args[0].indices[0]
+                if isinstance(index, tirx.IntImm):  # the prologue frees stage 0 by a constant index
+                    return tirx.Evaluate(tirx.const(0, "int32"))
+        return stmt
+
+    broken = kernel.with_body(tvm_ffi.structural_map(kernel.body, [(tirx.Evaluate, drop_prologue_free)]))
+    with pytest.raises(ProtocolError, match="deadlock"):
+        run_block(broken, threads, _bx(0), 0)
+
+
+def test_a_producer_that_does_not_wait_for_free_stages_is_caught():
+    # 6 iterations on 2 stages: a producer that runs ahead fills each stage 3 times.
+    f = fa.flashattn.factory(1, 1, 768, 128, False, 128, 128, 2, 256)
+    kernel, threads = _device_kernel(f, {"tl.enable_fast_math": True})
+
+    def drop_empty_waits(stmt):
+        call = stmt.value
+        if isinstance(call, ir.Call) and getattr(call.op, "name", "") == "tirx.call_extern":
+            if str(call.args[0].value) == "tl::mbarrier_wait" and call.args[1].args[0].source.name.endswith("_empty"):
+                return tirx.Evaluate(tirx.const(0, "int32"))
+        return stmt
+
+    broken = kernel.with_body(tvm_ffi.structural_map(kernel.body, [(tirx.Evaluate, drop_empty_waits)]))
+    errors = []
+    for seed in range(10):
+        try:
+            run_block(broken, threads, _bx(0), seed)
+        except ProtocolError as err:
+            errors.append(str(err))
+    # A consumer passes its wait on a later phase (or, two phases later, waits forever).
+    assert len(errors) == 10 and any("refilled before it was freed" in e for e in errors)
