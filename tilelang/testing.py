@@ -35,3 +35,31 @@ def skip_gpu_tests_without_gpu(items) -> None:
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# CUDA errors after which the process's CUDA context is unusable: every later kernel launch fails.
+_STICKY_CUDA_FAULTS = (
+    "an illegal memory access",
+    "misaligned address",
+    "an illegal instruction",
+    "unspecified launch failure",
+    "device-side assert",
+    "hardware stack error",
+)
+
+
+def end_process_after_cuda_fault(report) -> None:
+    """After a test's kernel faulted on the GPU, end this test process: otherwise every later GPU
+    test of the process fails with the same error, hiding which test caused it. Under pytest-xdist
+    the worker exits once this report is sent and xdist starts a fresh one; a serial run stops.
+    Call from `pytest_runtest_logreport` (trylast)."""
+    if report.when != "call" or not report.failed or getattr(report, "node", None) is not None:
+        return  # (an xdist controller sees the workers' reports with their `node`: it goes on)
+    text = str(report.longrepr)
+    if "CUDA error" not in text or not any(s in text for s in _STICKY_CUDA_FAULTS):
+        return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os._exit(3)
+    import pytest
+
+    pytest.exit(f"{report.nodeid} faulted on the GPU; later GPU tests of this process would all fail", returncode=1)
