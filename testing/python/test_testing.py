@@ -39,7 +39,8 @@ def _run(tmp_path, *args):
         )
     )
     cmd = [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", *args, str(tmp_path)]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300).stdout
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # this run may be a worker
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300).stdout
 
 
 def test_a_serial_run_stops_at_the_fault(tmp_path):
