@@ -113,6 +113,11 @@ def wait_wgmma(pending: int = 0):
     return tirx.call_extern("void", f"tl::wgmma_wait<{int(pending)}>")
 
 
+def is_gemm(stmt) -> bool:
+    """Whether `stmt` is a `T.gemm` statement (tile-op level)."""
+    return isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value, NAME)
+
+
 class Gemm:
     """A parsed `tl.gemm` call with its shape."""
 
@@ -281,7 +286,7 @@ def shared_layouts(g: Gemm, target=None, num_threads: int | None = None) -> dict
     return out
 
 
-def _pointer(region, ctx, rw: int):
+def pointer(region, ctx, rw: int):
     """A typed pointer to the region's first element, marked read/write for barrier insertion."""
     buf = region.buffer
     if ctx.has_local(buf):
@@ -299,7 +304,7 @@ def _pointer(region, ctx, rw: int):
 
 def lower(call, ctx, span=None) -> tirx.Stmt:
     g = Gemm(call)  # its instruction and shapes were checked by `layouts` at layout inference
-    args = [_pointer(g.a, ctx, 1), _pointer(g.b, ctx, 1), _pointer(g.c, ctx, 3)]
+    args = [pointer(g.a, ctx, 1), pointer(g.b, ctx, 1), pointer(g.c, ctx, 3)]
     p = gemm_wgmma.plan(g, ctx.target, ctx.num_threads)
     if p is not None:
         return tirx.Evaluate(tirx.call_extern("void", gemm_wgmma.call_name(g, p), *args))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from tilelang.op import base
+from tilelang.op import base, gemm
 from tilelang.utils.ir import extern, i32, seq
 
 NAME = "wgmma_wait"
@@ -34,9 +34,7 @@ def fragments_of(call) -> list:
 
 def lower(call, ctx, span=None) -> tirx.Stmt:
     out = [extern(f"tl::wgmma_wait<{pending_of(call)}>")]
-    for buf in fragments_of(call):
-        local = ctx.local_of(buf)
-        n = int(local.shape[0])
-        ptr = tirx.tvm_access_ptr(tirx.type_annotation(str(local.dtype)), local.data, i32(0), i32(n), 3)
-        out.append(extern(f"tl::fence_registers<{n}>", ptr))
+    for region in call.args[1:]:
+        ptr = gemm.pointer(base.Region.from_ir(region), ctx, 3)  # the fragment's register array
+        out.append(extern(f"tl::fence_registers<{int(ctx.local_of(region.source).shape[0])}>", ptr))
     return seq(out)

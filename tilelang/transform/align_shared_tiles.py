@@ -16,10 +16,11 @@ Requires: flat buffers (`flatten_buffer`), before `merge_shared_memory`. Guarant
 
 from __future__ import annotations
 
-import tvm_ffi
-from tvm import ir, tirx
+from tvm import tirx
 
 from tilelang.language.dtypes import bits as dtype_bits
+from tilelang.layout.fragment import substitute
+from tilelang.utils.ir import collect
 from tilelang.utils.target import arch_of
 
 BLOCK = 1024  # bytes
@@ -43,26 +44,9 @@ def align_shared_tiles(func: tirx.PrimFunc) -> tirx.PrimFunc:
     if target is None or arch_of(target) != "sm_90a":
         return func
     grown = {}
-
-    def on_alloc(alloc):
+    for alloc in collect(func.body, tirx.AllocBuffer):
         new = _padded(alloc.buffer)
-        if new is None:
-            return alloc
-        grown[alloc.buffer] = new
-        return tirx.AllocBuffer(new)
-
-    body = tvm_ffi.structural_map(func.body, [(tirx.AllocBuffer, on_alloc)])
-    if not grown:
-        return func.with_body(body)
-
-    def on_load(ld):
-        return tirx.BufferLoad(grown[ld.source], list(ld.indices)) if ld.source in grown else ld
-
-    def on_store(st):
-        if st.buffer in grown:
-            return tirx.BufferStore(grown[st.buffer], st.value, list(st.indices), span=st.span)
-        return st
-
-    body = tvm_ffi.structural_map(body, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store)], order="post")
-    # What is left are the tiles named as pointers (views of their bytes, operand addresses).
-    return func.with_body(tvm_ffi.structural_map(body, [(ir.Var, lambda v: grown[v] if v in grown else v)]))
+        if new is not None:
+            grown[alloc.buffer] = new
+    # A buffer is a variable: its allocation, loads, stores and pointers all name it.
+    return func.with_body(substitute(func.body, grown)) if grown else func

@@ -19,20 +19,19 @@ from tvm import ir, tirx
 from tilelang.transform.warp_specialize import CONSUMER_BRANCH, PRODUCER_BRANCH
 
 
-def _is_block_barrier(stmt) -> bool:
-    call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
-    if not isinstance(call, ir.Call) or not isinstance(call.op, ir.Op):
-        return False
-    if call.op.name == "tirx.tvm_storage_sync":
-        return str(call.args[0].value) in ("shared", "shared.dyn")
-    return call.op.name == "tirx.call_extern" and str(call.args[0].value) == "__syncthreads"
-
-
 def _extern_name(stmt):
+    """The function an `Evaluate(call_extern(...))` statement calls, else None."""
     call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
     if isinstance(call, ir.Call) and isinstance(call.op, ir.Op) and call.op.name == "tirx.call_extern":
         return str(call.args[0].value)
     return None
+
+
+def _is_block_barrier(stmt) -> bool:
+    call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
+    if isinstance(call, ir.Call) and isinstance(call.op, ir.Op) and call.op.name == "tirx.tvm_storage_sync":
+        return str(call.args[0].value) in ("shared", "shared.dyn")
+    return _extern_name(stmt) == "__syncthreads"
 
 
 def _without_unsafe_turns(body):

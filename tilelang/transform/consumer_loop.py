@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 from tvm import ir, tirx
 
-from tilelang.op import base, gemm_wgmma
 from tilelang.op import gemm as gemm_op
+from tilelang.op import gemm_wgmma
 from tilelang.transform import wgmma_waits
 from tilelang.utils.ir import extern, seq
 
@@ -59,10 +59,7 @@ def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel):
         return gemm_flags(st, tiles, wg_wait)
 
     # Gemms the user made asynchronous (wg_wait != 0) keep the user's waits.
-    manual = any(
-        isinstance(st, tirx.Evaluate) and base.is_tile_op(st.value, gemm_op.NAME) and gemm_op.Gemm(st.value).wg_wait
-        for st, _ in consumers
-    )
+    manual = any(gemm_op.is_gemm(st) and gemm_op.Gemm(st.value).wg_wait for st, _ in consumers)
     depth = max(c for _, c in consumers)
 
     def run(items, flight=()):
@@ -124,25 +121,21 @@ def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel):
     return seq(parts)
 
 
-def _is_gemm(stmt) -> bool:
-    return isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value, gemm_op.NAME)
-
-
 def _take_turns(consumers, kernel: Kernel) -> bool:
     """Whether the two consumer warpgroups should take turns issuing their gemms: each owns half of
     the rows of every wgmma gemm, and the loop also has other work (a softmax) to overlap with the
     other's gemms. `consumer_barriers` drops the turns again if the loop needs a barrier over both."""
     if kernel.threads != 256:
         return False
-    gemms = [st for st, _ in consumers if _is_gemm(st)]
+    gemms = [st for st, _ in consumers if gemm_op.is_gemm(st)]
     plans = [gemm_wgmma.plan(gemm_op.Gemm(st.value), kernel.target, kernel.threads) for st in gemms]
-    others = [st for st, _ in consumers if not _is_gemm(st)]
+    others = [st for st, _ in consumers if not gemm_op.is_gemm(st)]
     return bool(gemms) and bool(others) and all(p is not None and p.wg_m == 2 for p in plans)
 
 
 def _in_turn(stmts):
     """`stmts` with its gemms issued in this warpgroup's turn (tma.h, pingpong_*)."""
-    at = [j for j, st in enumerate(stmts) if _is_gemm(st)]
+    at = [j for j, st in enumerate(stmts) if gemm_op.is_gemm(st)]
     if not at:
         return stmts
     a, b = at[0], at[-1] + 1
@@ -153,7 +146,7 @@ def gemm_flags(stmt, tiles, wg_wait: int | None = None):
     """A gemm statement with `wg_wait` (None: unchanged) and, when every shared operand is a tile
     only the TMA unit writes (`tiles`), marked as needing no proxy fence (registers need none).
     Other statements are returned unchanged."""
-    if not (isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value, gemm_op.NAME)):
+    if not gemm_op.is_gemm(stmt):
         return stmt
     call = stmt.value
     g = gemm_op.Gemm(call)

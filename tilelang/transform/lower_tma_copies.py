@@ -18,14 +18,15 @@ Guarantees: every rewritten copy is a `tl.tma_copy` issued by thread 0 with its 
 
 from __future__ import annotations
 
-import tvm_ffi
-from tvm import ir, tirx
+from tvm import tirx
 
+from tilelang.layout.fragment import substitute
 from tilelang.op import base, tma
 from tilelang.op import copy as copy_op
 from tilelang.transform import pass_config
 from tilelang.transform import pipeline_tma as ptma
 from tilelang.transform.common import Scope, allocate_at_kernel_top, is_innermost_thread_extent, mutate_with_scope
+from tilelang.transform.consumer_loop import barrier
 from tilelang.utils.ir import extern, seq
 from tilelang.utils.target import arch_of
 
@@ -40,6 +41,7 @@ def lower_tma_copies(func: tirx.PrimFunc) -> tirx.PrimFunc:
     # The kernel's copies share one barrier array, one barrier each: separate allocations could be
     # given the same bytes (their lifetimes do not overlap), and an mbarrier must not be
     # initialized again while threads may still be waiting on it.
+    # Until the kernel's copies are counted, they name a stand-in array.
     placeholder = tirx.decl_buffer((1 << 16,), "uint64", "tma_bars", scope="shared")
     tiles = []  # the tiles the current kernel's copies write, in order
     depth = [0]  # loops and conditions around the statement being visited
@@ -61,7 +63,7 @@ def lower_tma_copies(func: tirx.PrimFunc) -> tirx.PrimFunc:
         kernel = ptma.Kernel(func, target, tx, int(threads), only_x=True, specialized=[])
         if tma.box_plan(tile, ptma.predicted_layout(dst.buffer, kernel)) is None:
             return stmt
-        ptr = tirx.address_of(tirx.BufferLoad(placeholder, [len(tiles)]))
+        ptr = barrier(placeholder, len(tiles))
         tiles.append(dst.buffer)
         init = seq([extern("tl::mbarrier_init", ptr, 1), extern("tl::fence_barrier_init")])
         return seq(
@@ -82,12 +84,7 @@ def lower_tma_copies(func: tirx.PrimFunc) -> tirx.PrimFunc:
             return body
         name = f"{tiles[0].name}_bar" if len(tiles) == 1 else "tma_bars"
         bars = tirx.decl_buffer((len(tiles),), "uint64", name, scope="shared")
-
-        def on_load(ld):
-            return tirx.BufferLoad(bars, list(ld.indices)) if ld.source.same_as(placeholder) else ld
-
-        body = tvm_ffi.structural_map(body, [(ir.TensorLoad, on_load)])
-        return allocate_at_kernel_top(body, [bars])
+        return allocate_at_kernel_top(substitute(body, {placeholder: bars}), [bars])
 
     body = mutate_with_scope(
         func.body,

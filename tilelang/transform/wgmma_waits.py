@@ -85,7 +85,7 @@ class Waits:
 
     def async_gemm(self, stmt):
         """The parsed gemm when `stmt` is a top-level wgmma gemm that may run asynchronously."""
-        if not (isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value, gemm_op.NAME)):
+        if not gemm_op.is_gemm(stmt):
             return None
         g = gemm_op.Gemm(stmt.value)
         if gemm_wgmma.plan(g, self.kernel.target, self.kernel.threads) is None:
@@ -150,10 +150,9 @@ def fold(stmts, flags) -> list:
     for st in stmts:
         prev = out[-1] if out else None
         if (
-            isinstance(prev, tirx.Evaluate)
+            gemm_op.is_gemm(prev)
             and isinstance(st, tirx.Evaluate)
             and base.is_tile_op(st.value, wgmma_wait.NAME)
-            and base.is_tile_op(prev.value, gemm_op.NAME)
             and gemm_op.Gemm(prev.value).wg_wait == -1
         ):
             g = gemm_op.Gemm(prev.value)

@@ -201,16 +201,34 @@ def run_block(device_func, threads, block_index, seed):
 def _device_kernel(func, configs=None):
     low = lower(func, determine_target("sm_90a"), configs or {})
     (kernel,) = [f for gv, f in low.device_mod.functions.items() if "kernel" in gv.name_hint]
-    threads = [a.value for a in _thread_extents(kernel) if a.node.thread_tag == "threadIdx.x"][0]
-    return kernel, int(threads)
+    return kernel, _threads(kernel)
 
 
-def _thread_extents(func):
+def _threads(kernel) -> int:
     out = []
-    tvm_ffi.structural_walk(
-        func.body, [(tirx.AttrStmt, lambda a: out.append(a) if a.attr_key == "thread_extent" else None)]
-    )
-    return out
+
+    def on_attr(a):
+        if a.attr_key == "thread_extent" and a.node.thread_tag == "threadIdx.x":
+            out.append(int(a.value))
+
+    tvm_ffi.structural_walk(kernel.body, [(tirx.AttrStmt, on_attr)])
+    return out[0]
+
+
+def _without(kernel, name, barrier_named, keep=lambda index: False):
+    """`kernel` with its `name(barrier, ...)` calls on barriers `barrier_named` accepts dropped
+    (except where `keep(barrier index)`)."""
+
+    def drop(stmt):
+        call = stmt.value
+        if isinstance(call, ir.Call) and getattr(call.op, "name", "") == "tirx.call_extern":
+            if str(call.args[0].value) == name:
+                load = call.args[1].args[0]
+                if barrier_named(load.source.name) and not keep(load.indices[0]):
+                    return tirx.Evaluate(tirx.const(0, "int32"))
+        return stmt
+
+    return kernel.with_body(tvm_ffi.structural_map(kernel.body, [(tirx.Evaluate, drop)]))
 
 
 def _check(func, blocks, configs=None, seeds=3):
@@ -249,27 +267,17 @@ def test_mla_split_and_combine_kernels():
     kernels = [fn for gv, fn in low.device_mod.functions.items()]
     assert len(kernels) == 2
     for kernel in kernels:
-        threads = int([a.value for a in _thread_extents(kernel) if a.node.thread_tag == "threadIdx.x"][0])
         for seed in range(2):
-            run_block(kernel, threads, {"blockIdx.x": 0, "blockIdx.y": 0, "blockIdx.z": 1}, seed)
+            run_block(kernel, _threads(kernel), {"blockIdx.x": 0, "blockIdx.y": 0, "blockIdx.z": 1}, seed)
 
 
 def test_a_stage_never_freed_is_caught():
     f = fa.flashattn.factory(1, 1, 512, 128, False, 128, 128, 2, 256)
     kernel, threads = _device_kernel(f, {"tl.enable_fast_math": True})
 
-    def drop_prologue_free(stmt):
-        call = stmt.value
-        if isinstance(call, ir.Call) and getattr(call.op, "name", "") == "tirx.call_extern":
-            if str(call.args[0].value) == "tl::mbarrier_arrive_warp" and call.args[1].args[0].source.name == (
-                "K_shared_empty"
-            ):
-                index = call.args[1].args[0].indices[0]
-                if isinstance(index, tirx.IntImm):  # the prologue frees stage 0 by a constant index
-                    return tirx.Evaluate(tirx.const(0, "int32"))
-        return stmt
-
-    broken = kernel.with_body(tvm_ffi.structural_map(kernel.body, [(tirx.Evaluate, drop_prologue_free)]))
+    # The prologue frees stage 0 of K by a constant index; the loop's frees index by the iteration.
+    in_loop = lambda i: not isinstance(i, tirx.IntImm)  # noqa: E731
+    broken = _without(kernel, "tl::mbarrier_arrive_warp", lambda n: n == "K_shared_empty", keep=in_loop)
     with pytest.raises(ProtocolError, match="deadlock"):
         run_block(broken, threads, _bx(0), 0)
 
@@ -279,14 +287,7 @@ def test_a_producer_that_does_not_wait_for_free_stages_is_caught():
     f = fa.flashattn.factory(1, 1, 768, 128, False, 128, 128, 2, 256)
     kernel, threads = _device_kernel(f, {"tl.enable_fast_math": True})
 
-    def drop_empty_waits(stmt):
-        call = stmt.value
-        if isinstance(call, ir.Call) and getattr(call.op, "name", "") == "tirx.call_extern":
-            if str(call.args[0].value) == "tl::mbarrier_wait" and call.args[1].args[0].source.name.endswith("_empty"):
-                return tirx.Evaluate(tirx.const(0, "int32"))
-        return stmt
-
-    broken = kernel.with_body(tvm_ffi.structural_map(kernel.body, [(tirx.Evaluate, drop_empty_waits)]))
+    broken = _without(kernel, "tl::mbarrier_wait", lambda n: n.endswith("_empty"))
     errors = []
     for seed in range(10):
         try:
