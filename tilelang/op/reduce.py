@@ -219,20 +219,27 @@ def _combine_group(red, ctx, acc, slots, stride, count) -> tirx.Stmt:
             body.append(tirx.BufferStore(acc, _fold(red.kind, tirx.BufferLoad(acc, [s]), other), [s]))
             offset *= 2
         return tirx.For(s, _c(0), _c(slots), tirx.ForKind.UNROLLED, seq(body))
-    # Across warps: every thread publishes its partial, then folds those of its group. The barriers
-    # between the write and the reads (and before the next write) come from the thread_sync pass.
-    work = ctx.workspace((ctx.num_threads,), dtype)
+    # Across warps: every thread publishes its partials (all slots at once, so one barrier pair
+    # serves every row it holds), then folds those of its group. The barriers between the writes and
+    # the reads (and before the next writes) come from the thread_sync pass.
+    n = ctx.num_threads
+    work = ctx.workspace(slots * n, dtype)
     d = tirx.Var("d", "int32")
     group_base = fl.clear_groups(ctx.thread, [(stride, count)])
-    folded = _fold(red.kind, tirx.BufferLoad(acc, [s]), tirx.BufferLoad(work, [group_base + d * _c(stride)]))
-    per_slot = seq(
+    theirs = tirx.BufferLoad(work, [s * _c(n) + group_base + d * _c(stride)])
+    publish = tirx.BufferStore(work, tirx.BufferLoad(acc, [s]), [s * _c(n) + ctx.thread])
+    gather = seq(
         [
-            tirx.BufferStore(work, tirx.BufferLoad(acc, [s]), [ctx.thread]),
             tirx.BufferStore(acc, identity(red.kind, dtype), [s]),
-            tirx.For(d, _c(0), _c(count), tirx.ForKind.UNROLLED, tirx.BufferStore(acc, folded, [s])),
+            tirx.For(d, _c(0), _c(count), tirx.ForKind.UNROLLED, tirx.BufferStore(acc, _fold(red.kind, tirx.BufferLoad(acc, [s]), theirs), [s])),
         ]
     )
-    return tirx.For(s, _c(0), _c(slots), tirx.ForKind.SERIAL, per_slot)
+    return seq(
+        [
+            tirx.For(s, _c(0), _c(slots), tirx.ForKind.UNROLLED, publish),
+            tirx.For(s, _c(0), _c(slots), tirx.ForKind.UNROLLED, gather),
+        ]
+    )
 
 
 def _lower_shared(red: Reduction, ctx) -> tirx.Stmt:

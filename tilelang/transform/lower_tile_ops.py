@@ -90,8 +90,11 @@ class LowerContext:
     def has_local(self, buffer) -> bool:
         return buffer in self._locals
 
-    def workspace(self, shape, dtype):
-        buf = tirx.decl_buffer(tuple(shape), dtype, f"workspace_{len(self.workspaces)}", scope="shared.dyn")
+    def workspace(self, size: int, dtype):
+        """Shared scratch of `size` elements, live only inside the lowering of one tile op (between
+        its writes and its reads, which barriers separate); a kernel's workspaces of one dtype
+        become one buffer (`_share_workspaces`)."""
+        buf = tirx.decl_buffer((size,), dtype, f"workspace_{len(self.workspaces)}", scope="shared.dyn")
         self.workspaces.append(buf)
         return buf
 
@@ -112,6 +115,21 @@ class LowerContext:
             return st
 
         return tvm_ffi.structural_map(stmt, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store)], order="post")
+
+
+def _share_workspaces(stmt, workspaces):
+    """One workspace per dtype, as large as the largest: each tile op's scratch is dead once the op
+    is done, so they need not take shared memory side by side."""
+    by_dtype = {}
+    for w in workspaces:
+        by_dtype.setdefault(str(w.dtype), []).append(w)
+    kept, swap = [], {}
+    for dtype, group in by_dtype.items():
+        size = max(int(w.shape[0]) for w in group)
+        one = tirx.decl_buffer((size,), dtype, f"workspace_{len(kept)}", scope="shared.dyn")
+        kept.append(one)
+        swap.update({w: one for w in group})
+    return fl.substitute(stmt, swap), kept
 
 
 def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
@@ -148,7 +166,7 @@ def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
         outer = ctx.workspaces
         ctx.workspaces = []
         # Shared scratch for this kernel, allocated before its first statement.
-        new = allocate_at_kernel_top(recurse(stmt), ctx.workspaces)
+        new = allocate_at_kernel_top(*_share_workspaces(recurse(stmt), ctx.workspaces))
         ctx.workspaces = outer
         return new
 

@@ -11,7 +11,8 @@ import tilelang.language as T
 from tilelang.codegen import cuda
 
 _EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples")
-sys.path[:0] = [os.path.join(_EXAMPLES, "flash_attention"), os.path.join(_EXAMPLES, "deepseek_mla")]
+sys.path[:0] = [os.path.join(_EXAMPLES, d) for d in ("flash_attention", "deepseek_mla", "gemm")]
+import example_gemm as gemm  # noqa: E402
 import example_mha_fwd_bshd as fa  # noqa: E402
 import example_mla_decode as mla  # noqa: E402
 
@@ -103,15 +104,31 @@ def test_without_warp_specialization_the_schedule_is_not_used():
     assert "for (int i = 1;" not in src and "wgmma_wait" not in src and ", -1, " not in src
 
 
-def test_mla_pv_runs_into_the_next_iteration():
+def test_mla_pv_is_waited_for_with_two_stages():
     f = mla.mla_decode.factory(64, 128, 1, 8192, 512, 64, 64, 64, 1, "float16")
     src = tilelang.compile(f, out_idx=[6], target="sm_90a").get_kernel_source()
-    # P·V (reading the KV stage) runs on past the end of the body: that body frees the stage before.
-    assert re.search(r"tl::wgmma_ss<64, 512, 64, 1, 2, [^>]*, -1, true>", src)
-    assert re.search(r"if \(1 <= i\) \{\s*tl::mbarrier_arrive_warp\(\(&\(k_empty_ptr\[\(\(i \+ 1\) & 1\)\]\)\)\);", src)
+    # P·V reads the KV stage; with 2 stages, freeing the stage before instead would leave the loads
+    # no stage of lead, so the body waits for P·V and frees its own stage.
+    assert re.search(r"tl::wgmma_ss<64, 512, 64, 1, 2, [^>]*, 0, true>[^;]*;\s*tl::mbarrier_arrive_warp\(\(&\(k_empty_ptr\[\(i & 1\)\]", src)
+    assert ", -1, true>" not in src.split("wgmma_ss<64, 512, 64")[1].split(";")[0]
+
+
+def _gemm_k_loop(stages):
+    f = gemm.matmul.factory(256, 256, 1024, 128, 128, 64, "float16", "float", 256, stages)
+    return tilelang.compile(f, out_idx=[-1], target="sm_90a").get_kernel_source()
+
+
+def test_gemm_runs_on_into_the_next_iteration_when_a_stage_of_loads_stays_ahead():
+    # 3 stages: each body leaves its own gemm running (the gemm's own wait<1>) and frees the stage
+    # before; the loads keep one stage of lead.
+    src = _gemm_k_loop(3)
+    assert re.search(r"tl::wgmma_ss<[^>]*, 1, false>[^;]*;\s*if \(1 <= i\) \{\s*tl::mbarrier_arrive_warp\(\(&\(k_empty_ptr\[\(\(i \+ 2\) % 3\)\]", src)
     # After the loop everything is waited for and the accumulator fenced before the epilogue reads it.
     tail = src[src.rindex("tl::wgmma_wait<0>();") :]
-    assert tail.startswith("tl::wgmma_wait<0>();\n") and "tl::fence_registers<128>((&(acc_o_local_ptr[0])));" in tail
+    assert tail.startswith("tl::wgmma_wait<0>();\n") and "tl::fence_registers<" in tail
+    # 2 stages: the gemm is waited for in its own body, which frees its own stage.
+    src = _gemm_k_loop(2)
+    assert re.search(r"tl::wgmma_ss<[^>]*, 0, false>[^;]*;\s*tl::mbarrier_arrive_warp\(\(&\(k_empty_ptr\[\(i & 1\)\]", src)
 
 
 def test_a_gemm_the_user_made_asynchronous_keeps_the_users_waits():
