@@ -42,8 +42,15 @@ _HEADERS = [
 ]
 
 
+_WGMMA_CALL = re.compile(r"tl::wgmma_(?:ss|rs)<\d+, (\d+), \d+, \d+, (\d+),")
+
+
 def _with_headers(code: str) -> str:
+    from tilelang.op.gemm_wgmma import N_SIZES
+
     lines = ['#include "tl_templates/cuda/common.h"']
+    if any(int(n) // int(wg_n) not in N_SIZES for n, wg_n in _WGMMA_CALL.findall(code)):
+        lines.insert(0, "#define TL_WGMMA_EXTENDED_N 1  // a wgmma N only CuTe's extended atoms have")
     lines += [f'#include "tl_templates/cuda/{h}"' for name, h in _HEADERS if name in code]
     return "\n".join(lines) + "\n" + code
 

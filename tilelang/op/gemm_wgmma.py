@@ -24,8 +24,10 @@ from tilelang.utils.target import arch_of
 
 logger = logging.getLogger("tilelang")
 
-# Per-warpgroup N that CuTe's (non-extended) wgmma atoms provide.
+# Per-warpgroup N that CuTe's base wgmma atoms provide, and the other multiples of 8 its extended
+# atoms add for 16-bit types (a larger header: gemm_wgmma.h includes it only where one is used).
 N_SIZES = (8, 16, 32, 64, 96, 128, 192, 256)
+EXTENDED_N_SIZES = tuple(n for n in range(24, 256, 8) if n not in N_SIZES)
 # (A/B dtype, C dtype) pairs the template instantiates.
 DTYPES = {("float16", "float32"), ("bfloat16", "float32"), ("float16", "float16")}
 # Types wgmma reads only K-major from shared memory (A (M, K), B transposed (N, K)), with the K of
@@ -111,18 +113,19 @@ def plan(g, target, num_threads: int) -> Plan | None:
     if swz_a is None or swz_b is None:
         return no("an operand is not a whole shared tile with rows of 16-byte multiples")
     num_wg = num_threads // 128
+    n_sizes = N_SIZES + (EXTENDED_N_SIZES if pair in DTYPES else ())
     fits = []
     for wg_m in range(1, num_wg + 1):
         if num_wg % wg_m or g.M % (64 * wg_m):
             continue
         wg_n = num_wg // wg_m
-        if g.N % wg_n or g.N // wg_n not in N_SIZES:
+        if g.N % wg_n or g.N // wg_n not in n_sizes:
             continue
         if wg_n > 1 and not g.trans_b and (g.N // wg_n) % (8 << swz_b):
             continue  # an MN-major B must split at panel boundaries
         fits.append((wg_m, wg_n))
     if not fits:
-        return no(f"{num_wg} warpgroups cannot tile {g.M} x {g.N} in 64-row wgmma with N in {N_SIZES}")
+        return no(f"{num_wg} warpgroups cannot tile {g.M} x {g.N} in 64-row wgmma with N in {n_sizes}")
     from tilelang.op.gemm import GemmWarpPolicy
 
     prefer_n = g.policy == GemmWarpPolicy.FullCol

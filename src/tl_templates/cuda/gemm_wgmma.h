@@ -16,6 +16,9 @@
 #pragma once
 
 #include <cute/arch/mma_sm90_gmma.hpp>
+#ifdef TL_WGMMA_EXTENDED_N
+#include <cute/arch/mma_sm90_gmma_ext.hpp>
+#endif
 
 #include <type_traits>
 #include <utility>
@@ -61,6 +64,40 @@ TL_WGMMA_OPS(96)
 TL_WGMMA_OPS(128)
 TL_WGMMA_OPS(192)
 TL_WGMMA_OPS(256)
+// The other multiples of 8 (16-bit types only) come from CuTe's extended atoms, a header three times
+// the size of the base one: the code generator defines TL_WGMMA_EXTENDED_N only for kernels that
+// use one (codegen/cuda.py).
+#ifdef TL_WGMMA_EXTENDED_N
+#define TL_WGMMA_EXT_OPS(N)                                \
+  TL_WGMMA_OP(N, half, float, F32F16F16)                   \
+  TL_WGMMA_OP(N, __nv_bfloat16, float, F32BF16BF16)        \
+  TL_WGMMA_OP(N, half, half, F16F16F16)
+TL_WGMMA_EXT_OPS(24)
+TL_WGMMA_EXT_OPS(40)
+TL_WGMMA_EXT_OPS(48)
+TL_WGMMA_EXT_OPS(56)
+TL_WGMMA_EXT_OPS(72)
+TL_WGMMA_EXT_OPS(80)
+TL_WGMMA_EXT_OPS(88)
+TL_WGMMA_EXT_OPS(104)
+TL_WGMMA_EXT_OPS(112)
+TL_WGMMA_EXT_OPS(120)
+TL_WGMMA_EXT_OPS(136)
+TL_WGMMA_EXT_OPS(144)
+TL_WGMMA_EXT_OPS(152)
+TL_WGMMA_EXT_OPS(160)
+TL_WGMMA_EXT_OPS(168)
+TL_WGMMA_EXT_OPS(176)
+TL_WGMMA_EXT_OPS(184)
+TL_WGMMA_EXT_OPS(200)
+TL_WGMMA_EXT_OPS(208)
+TL_WGMMA_EXT_OPS(216)
+TL_WGMMA_EXT_OPS(224)
+TL_WGMMA_EXT_OPS(232)
+TL_WGMMA_EXT_OPS(240)
+TL_WGMMA_EXT_OPS(248)
+#undef TL_WGMMA_EXT_OPS
+#endif
 #undef TL_WGMMA_OPS
 #undef TL_WGMMA_TN_OP
 #undef TL_WGMMA_OP
@@ -125,9 +162,14 @@ struct Shape {
   static constexpr int WGM = M / WgM, WGN = N / WgN, MI = WGM / 64, KT = K / KStep;
   static constexpr int Regs = WGN / (sizeof(TC) == 2 ? 4 : 2);  // accumulator registers per instruction
   static_assert(WGM % 64 == 0, "each warpgroup's rows must be a multiple of 64");
+#ifdef TL_WGMMA_EXTENDED_N
+  static_assert(WGN % 8 == 0 && WGN <= 256, "a warpgroup's columns must be a multiple of 8 up to 256");
+#else
   static_assert(WGN == 8 || WGN == 16 || WGN == 32 || WGN == 64 || WGN == 96 || WGN == 128 || WGN == 192 ||
                     WGN == 256,
-                "a warpgroup's columns must be one of 8, 16, 32, 64, 96, 128, 192, 256");
+                "a warpgroup's columns must be one of 8, 16, 32, 64, 96, 128, 192, 256 "
+                "(other multiples of 8 need TL_WGMMA_EXTENDED_N)");
+#endif
   static_assert(K % KStep == 0, "K must be a multiple of the instruction's K");
 };
 
