@@ -104,6 +104,24 @@ def test_generated_code_calls_wgmma_and_compiles(trans_a, trans_b):
     cuda.compile_object(src, k.target)
 
 
+@pytest.mark.parametrize("kind", ["ss", "rs"])
+def test_extended_n_uses_cutes_extended_atoms_only_where_needed(kind):
+    # N = 176 per warpgroup (flash attention's block_N for d128): only CuTe's extended header has it.
+    k = tilelang.compile(_gemm_kernel(128, 176, 64, trans_b=True, kind=kind, threads=256), target="sm_90a")
+    src = k.get_kernel_source()
+    assert f"tl::wgmma_{kind}<128, 176, 64, 2, 1" in src and "#define TL_WGMMA_EXTENDED_N" in src
+    cuda.compile_object(src, k.target)
+    base = tilelang.compile(_gemm_kernel(128, 128, 64, trans_b=True, threads=256), target="sm_90a")
+    assert "TL_WGMMA_EXTENDED_N" not in base.get_kernel_source()
+
+
+def test_extended_n_is_for_16_bit_types_only():
+    g = _gemm(_gemm_kernel(128, 176, 64, dtype="float8_e4m3fn", accum="float32", trans_b=True, threads=128))
+    assert gemm_wgmma.plan(g, SM90, 128) is None
+    g = _gemm(_gemm_kernel(128, 176, 64, dtype="bfloat16", trans_b=True, threads=128))
+    assert gemm_wgmma.plan(g, SM90, 128) is not None
+
+
 def test_alignment_check_sees_every_descriptor_operand(monkeypatch):
     from tilelang.transform import check_descriptor_alignment as check
 
