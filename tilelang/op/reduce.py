@@ -228,10 +228,11 @@ def _combine_group(red, ctx, acc, slots, stride, count) -> tirx.Stmt:
     group_base = fl.clear_groups(ctx.thread, [(stride, count)])
     theirs = tirx.BufferLoad(work, [s * _c(n) + group_base + d * _c(stride)])
     publish = tirx.BufferStore(work, tirx.BufferLoad(acc, [s]), [s * _c(n) + ctx.thread])
+    fold = tirx.BufferStore(acc, _fold(red.kind, tirx.BufferLoad(acc, [s]), theirs), [s])
     gather = seq(
         [
             tirx.BufferStore(acc, identity(red.kind, dtype), [s]),
-            tirx.For(d, _c(0), _c(count), tirx.ForKind.UNROLLED, tirx.BufferStore(acc, _fold(red.kind, tirx.BufferLoad(acc, [s]), theirs), [s])),
+            tirx.For(d, _c(0), _c(count), tirx.ForKind.UNROLLED, fold),
         ]
     )
     return seq(

@@ -104,12 +104,15 @@ def test_without_warp_specialization_the_schedule_is_not_used():
     assert "for (int i = 1;" not in src and "wgmma_wait" not in src and ", -1, " not in src
 
 
+_ARRIVE = r"tl::mbarrier_arrive_warp\(\(&\(k_empty_ptr"  # freeing a stage (index follows)
+
+
 def test_mla_pv_is_waited_for_with_two_stages():
     f = mla.mla_decode.factory(64, 128, 1, 8192, 512, 64, 64, 64, 1, "float16")
     src = tilelang.compile(f, out_idx=[6], target="sm_90a").get_kernel_source()
     # P·V reads the KV stage; with 2 stages, freeing the stage before instead would leave the loads
     # no stage of lead, so the body waits for P·V and frees its own stage.
-    assert re.search(r"tl::wgmma_ss<64, 512, 64, 1, 2, [^>]*, 0, true>[^;]*;\s*tl::mbarrier_arrive_warp\(\(&\(k_empty_ptr\[\(i & 1\)\]", src)
+    assert re.search(r"tl::wgmma_ss<64, 512, 64, 1, 2, [^>]*, 0, true>[^;]*;\s*" + _ARRIVE + r"\[\(i & 1\)\]", src)
     assert ", -1, true>" not in src.split("wgmma_ss<64, 512, 64")[1].split(";")[0]
 
 
@@ -122,13 +125,14 @@ def test_gemm_runs_on_into_the_next_iteration_when_a_stage_of_loads_stays_ahead(
     # 3 stages: each body leaves its own gemm running (the gemm's own wait<1>) and frees the stage
     # before; the loads keep one stage of lead.
     src = _gemm_k_loop(3)
-    assert re.search(r"tl::wgmma_ss<[^>]*, 1, false>[^;]*;\s*if \(1 <= i\) \{\s*tl::mbarrier_arrive_warp\(\(&\(k_empty_ptr\[\(\(i \+ 2\) % 3\)\]", src)
+    frees_the_stage_before = r"if \(1 <= i\) \{\s*" + _ARRIVE + r"\[\(\(i \+ 2\) % 3\)\]"
+    assert re.search(r"tl::wgmma_ss<[^>]*, 1, false>[^;]*;\s*" + frees_the_stage_before, src)
     # After the loop everything is waited for and the accumulator fenced before the epilogue reads it.
     tail = src[src.rindex("tl::wgmma_wait<0>();") :]
     assert tail.startswith("tl::wgmma_wait<0>();\n") and "tl::fence_registers<" in tail
     # 2 stages: the gemm is waited for in its own body, which frees its own stage.
     src = _gemm_k_loop(2)
-    assert re.search(r"tl::wgmma_ss<[^>]*, 0, false>[^;]*;\s*tl::mbarrier_arrive_warp\(\(&\(k_empty_ptr\[\(i & 1\)\]", src)
+    assert re.search(r"tl::wgmma_ss<[^>]*, 0, false>[^;]*;\s*" + _ARRIVE + r"\[\(i & 1\)\]", src)
 
 
 def test_a_gemm_the_user_made_asynchronous_keeps_the_users_waits():
