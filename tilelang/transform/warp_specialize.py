@@ -75,15 +75,13 @@ def _path_only(stmt, leaf):
             if renamed:
                 s = substitute(s, renamed)
             if _contains_region(s):
-                kept.append(_path_only(s, leaf))
+                kept.append(_path_only(s, substitute(leaf, renamed) if renamed else leaf))
                 break
             if isinstance(s, tirx.Bind):
                 # The consumer branch binds the same variable: the producer's copy gets its own.
                 var = tirx.Var(f"{s.var.name}_p", s.var.ty)
                 renamed[s.var] = var
                 kept.append(tirx.Bind(var, s.value))
-            elif isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer)):
-                kept.append(s)
         return seq(kept)
     if isinstance(stmt, tirx.For):
         return tirx.For(stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.SERIAL, _path_only(stmt.body, leaf))
@@ -97,6 +95,45 @@ def _path_only(stmt, leaf):
         f"warp specialization: the pipelined loop sits inside a {type(stmt).__name__}, which the producer "
         f"warpgroup cannot follow; compile with pass_configs={{'tl.disable_warp_specialized': True}}"
     )
+
+
+def _hoist_allocations(body):
+    """(`body` without the allocations on the way to the `tl.ws` region, those allocations): both
+    sides use the kernel's tiles, so they are allocated once, before the split. An allocation after
+    a binding (`bx = ...` before the tiles) or inside a loop around the pipelined loop moves up too;
+    one whose shape depends on such a variable cannot."""
+    hoisted, bound = [], []
+
+    def walk(stmt):
+        if isinstance(stmt, tirx.SeqStmt):
+            kept = []
+            for s in stmt.seq:
+                if isinstance(s, tirx.AllocBuffer) and not _contains_region(s):
+                    hoisted.append(s)
+                    used = {v for e in s.buffer.shape for v in collect(e, ir.Var)}
+                    if any(v.same_as(b) for v in used for b in bound):
+                        raise CompilerError(
+                            f"warp specialization: the shape of '{s.buffer.name}' depends on a value bound "
+                            f"in the kernel, so the producer warpgroup cannot share it; compile with "
+                            f"pass_configs={{'tl.disable_warp_specialized': True}}"
+                        )
+                    continue
+                if isinstance(s, tirx.Bind):
+                    bound.append(s.var)
+                kept.append(walk(s) if _contains_region(s) else s)
+            return seq(kept)
+        if isinstance(stmt, tirx.For) and _contains_region(stmt.body):
+            bound.append(stmt.loop_var)
+            return tirx.For(
+                stmt.loop_var, stmt.min, stmt.extent, stmt.kind, walk(stmt.body), stmt.thread_binding,
+                stmt.annotations, stmt.step, span=stmt.span,
+            )  # fmt: skip
+        if isinstance(stmt, tirx.AttrStmt) and _contains_region(stmt.body) and not _is_region(stmt):
+            return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, walk(stmt.body), span=stmt.span)
+        return stmt
+
+    rest = walk(body)
+    return rest, hoisted
 
 
 def register_budgets(consumer_threads: int) -> tuple[int, int]:
@@ -116,11 +153,7 @@ def _specialize_kernel(attr):
     threads = int(region.value)
     tx = attr.node.var
     allocs, prelude, producer, consumer = _parts(region)
-    body = list(attr.body.seq) if isinstance(attr.body, tirx.SeqStmt) else [attr.body]
-    lead = []
-    while body and isinstance(body[0], tirx.AllocBuffer):
-        lead.append(body.pop(0))
-    rest = seq(body)
+    rest, lead = _hoist_allocations(attr.body)
     producer = substitute(producer, {tx: tx - threads})
     reg_producer, reg_consumer = register_budgets(threads)
     producer_side = seq([extern(f"tl::setmaxnreg_dec<{reg_producer}>"), _path_only(rest, producer)])

@@ -191,3 +191,45 @@ def test_a_trip_count_in_a_register_keeps_every_thread_in_the_loop():
         _gemm_with_a_computed_trip_count.factory(), out_idx=[-1], target="sm_90a"
     ).get_kernel_source()
     assert "tl::tma_load" in src and "setmaxnreg" not in src
+
+
+@tilelang.jit(out_idx=[-1])
+def _gemm_last_block_first():
+    @T.prim_func
+    def main(
+        A: T.Tensor((512, 256), "float16"), B: T.Tensor((256, 128), "float16"), C: T.Tensor((512, 128), "float32")
+    ):
+        with T.Kernel(4, threads=128) as bx_launch:
+            bx = 3 - bx_launch  # a binding before the tiles (blocks in reverse order)
+            A_s = T.alloc_shared((128, 64), "float16")
+            B_s = T.alloc_shared((64, 128), "float16")
+            C_f = T.alloc_fragment((128, 128), "float32")
+            A0_s = T.alloc_shared((128, 64), "float16")
+            steps = T.min(4, bx + 1)  # a trip count bound from it
+            T.copy(A[bx * 128, 0], A0_s)  # loaded once, read in every iteration
+            T.clear(C_f)
+            for k in T.Pipelined(steps, num_stages=2):
+                T.copy(A[bx * 128, k * 64], A_s)
+                T.copy(B[k * 64, 0], B_s)
+                T.gemm(A_s, B_s, C_f)
+                T.gemm(A0_s, B_s, C_f)
+            T.copy(C_f, C[bx * 128, 0])
+
+    return main
+
+
+def test_tiles_allocated_after_a_binding_are_shared_by_both_warpgroups(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILELANG_DUMP_IR", str(tmp_path))
+    k = tilelang.compile(_gemm_last_block_first.factory(), out_idx=[-1], target="sm_90a")
+    (ir_after,) = tmp_path.glob("*_warp_specialize.py")
+    text = ir_after.read_text()
+    # Each tile is allocated once, before the split into producer and consumers.
+    for tile in ("A_s", "B_s", "A0_s"):
+        assert text.count(f"{tile} = T.alloc_buffer(") == 1, tile
+    assert text.index("A0_s = T.alloc_buffer(") < text.index("tl.ws_producer_branch")
+    # The producer binds its own copies and uses only those (no free `bx` or `steps`).
+    assert "bx_p: T.let" in text and "steps_p: T.let" in text
+    assert "bx = T.int32()" not in text and "steps = T.int32()" not in text
+    src = k.get_kernel_source()
+    assert "setmaxnreg" in src and "tl::tma_load" in src
+    cuda.compile_object(src, k.target)
