@@ -50,11 +50,14 @@ def barrier(buffer, index):
     return tirx.address_of(tirx.BufferLoad(buffer, [index]))
 
 
-def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel):
+def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel, counted=None, nested=False):
     """The consumers' side of a warp-specialized pipeline. With consumers in stage 1, a prologue
     runs stage 0 of iteration 0 and an epilogue stage 1 of the last iteration, around a loop from 1.
     wgmma gemms run asynchronously with the waits `wgmma_waits` places; each iteration frees the
-    oldest stage nothing reads any more."""
+    oldest stage nothing reads any more. `counted(it)`: iteration `it` as the barriers count it
+    (earlier runs included). A `nested` loop runs again: after the run, the stages its last
+    iterations used are freed too, so the producer can fill them for the next run."""
+    counted = counted or (lambda it: it)
     n, S = loop.extent, tirx.const(stages, "int32")
     tiles = staged + list(kernel.tma_tiles)
 
@@ -74,7 +77,7 @@ def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel):
 
     def free(e, iteration, guard=None):
         """Arrive on `e`'s barrier of `iteration` (one arrival per consumer warp)."""
-        arrive = extern("tl::mbarrier_arrive_warp", barrier(e.barrier, tirx.floormod(iteration, S)))
+        arrive = extern("tl::mbarrier_arrive_warp", barrier(e.barrier, tirx.floormod(counted(iteration), S)))
         return [tirx.IfThenElse(guard, arrive, None) if guard is not None else arrive]
 
     def steady(flight):
@@ -100,7 +103,8 @@ def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel):
     else:  # no steady state: every iteration starts with nothing in flight
         out, w, deferred = steady([])
         out += w.drain()
-    turns = not manual and _take_turns(consumers, kernel)
+    # (Not across runs of a nested loop: the turns' named barriers would carry over between runs.)
+    turns = not manual and not nested and _take_turns(consumers, kernel)
 
     def finish(stmts):
         stmts = wgmma_waits.fold(stmts, flags)
@@ -120,6 +124,13 @@ def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel):
             + parts
             + [tirx.IfThenElse(n > 0, finish(epi + we.drain()), None)]
         )
+    if nested:
+        # Iterations the run has not freed: the last e.depth (read by later stages), one more when
+        # the loop frees each iteration one late. Everything has been waited for by now.
+        for e in empties:
+            late = e.depth + (1 if e in deferred else 0)
+            for j in range(late, 0, -1):
+                parts += free(e, n - j, n - j >= 0)
     if turns:
         parts = [extern("tl::pingpong_init")] + parts
     return seq(parts)

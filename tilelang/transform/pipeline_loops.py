@@ -227,6 +227,7 @@ def _pipeline(loop, stages: int, new_tiles: dict, kernel: pipeline_tma.Kernel):
         new_tiles[t] = new
     reason = pipeline_tma.why_not(producers, kernel)
     no_ws = reason or pipeline_tma.why_not_specialized(loop, producers, kernel)
+    reason = reason or pipeline_tma.why_not_nested(kernel, no_ws)
     deep = max(plan.stage_of) > 1
     if any(plan.stage_of) and (no_ws is not None or deep):
         why = no_ws if no_ws is not None else "consumer stages beyond 1"

@@ -23,8 +23,13 @@ consumers' side (`consumer_loop`) also runs consumer stages one iteration apart,
 gemms asynchronously (`wgmma_waits`) and lets two warpgroups take turns at the tensor cores. A
 gemm whose shared operands only TMA writes skips the proxy fence. The producer warpgroup is left out
 when the loop's trip count or coordinates read values the consumers compute (registers, shared
-memory); TMA is left out for loops inside other loops (the barrier parities count from the loop's
-first iteration).
+memory).
+
+A pipelined loop inside another loop (a persistent kernel's loop over tiles) counts its stages on
+from one run to the next: each side keeps the number of iterations its earlier runs did (`base`, a
+register) and iteration i of a run is iteration base + i of the barriers, so the producer may run
+ahead into the next run (the next tile's loads beside this tile's epilogue). Every run frees all
+the stages it used. Without warp specialization such a loop keeps cp.async.
 
 The two loops are left in a `tl.ws` region (prelude: barrier allocation and initialization;
 producer; consumer). `warp_specialize` later adds the warpgroup, splits the threads, and sets the
@@ -113,10 +118,6 @@ def why_not(producers, kernel: Kernel) -> str | None:
         return "not sm_90a"
     if pass_config.enabled(pass_config.PassConfigKey.TL_DISABLE_TMA_LOWER):
         return "tl.disable_tma_lower is set"
-    if kernel.nested:
-        # The barriers' phases would carry over from one run of the loop to the next, while the
-        # parities here count from the loop's own first iteration.
-        return "the pipelined loop is inside another loop"
     for p in producers:
         src, dst = base.Region.from_ir(p.value.args[0]), base.Region.from_ir(p.value.args[1])
         tile = tma.tile_of(src, dst)
@@ -149,6 +150,14 @@ def why_not_specialized(loop, producers, kernel: Kernel) -> str | None:
     return None
 
 
+def why_not_nested(kernel: Kernel, why_not_ws: str | None) -> str | None:
+    """Why a loop inside another loop cannot use TMA (None: it can): only the warp-specialized
+    pipeline counts its barriers' phases on across runs of the loop."""
+    if kernel.nested and why_not_ws is not None:
+        return f"the pipelined loop is inside another loop and has no producer warpgroup ({why_not_ws})"
+    return None
+
+
 def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, specialize: bool):
     """The Hopper pipeline for `loop` (see the module docstring), from `pipeline_loops`' plan.
     `versioned(stmt, stage)` points a statement's accesses of the multi-buffered tiles at one stage;
@@ -161,6 +170,22 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
         return substitute(stmt, {k: it if is_zero(loop.min) else loop.min + it})
 
     S = tirx.const(stages, "int32")
+    # Iterations of earlier runs of the loop (nested loops only), one counter per side.
+    counters = {}
+    if kernel.nested:
+        for side in ("consumer", "producer"):
+            counters[side] = tirx.decl_buffer((1,), "int32", f"{k.name}_{side}_runs", scope="local")
+
+    def counted(side):
+        """Iteration `it` of this run as the barriers count it."""
+        if not counters:
+            return lambda it: it
+        return lambda it: tirx.BufferLoad(counters[side], [0]) + it
+
+    def count_run(side):
+        return [tirx.BufferStore(counters[side], tirx.BufferLoad(counters[side], [0]) + n, [0])] if counters else []
+
+    at_c = counted("consumer")
     tiles = [base.Region.from_ir(p.value.args[1]).buffer for p in producers]
     consumers = [(st, c) for st, c in zip(plan.ordered, plan.stage_of) if not any(st.same_as(p) for p in producers)]
     full = {t: tirx.decl_buffer((stages,), "uint64", f"{t.name}_full", scope="shared") for t in tiles}
@@ -183,13 +208,15 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
         for c in depths
     ]
 
-    def load(p, i):
-        """Tile copy `p` of iteration i (0-based) into stage i % S, completing on its full barrier."""
+    def load(p, i, g=None):
+        """Tile copy `p` of iteration i (0-based; g as the barriers count it) into stage g % S,
+        completing on its full barrier."""
+        g = i if g is None else g
         stmt = at_iteration(p, i)
-        call = versioned(stmt, tirx.floormod(i, S)).value
+        call = versioned(stmt, tirx.floormod(g, S)).value
         src, dst = base.Region.from_ir(call.args[0]), base.Region.from_ir(call.args[1])
         t = base.Region.from_ir(p.value.args[1]).buffer
-        return tma.make(src, dst, barrier(full[t], tirx.floormod(i, S)))
+        return tma.make(src, dst, barrier(full[t], tirx.floormod(g, S)))
 
     i = tirx.Var("i", "int32")
 
@@ -202,12 +229,13 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
             if stage_filter is not None and c != stage_filter:
                 continue
             own = it - c
+            g = at_c(own)
             for t in tiles:
                 if (t, c) not in waited and _uses(st, t):
                     waited.add((t, c))
-                    parity = tirx.floormod(tirx.floordiv(own, S), 2)
-                    body.append((extern("tl::mbarrier_wait", barrier(full[t], tirx.floormod(own, S)), parity), -1, -c))
-            body.append((versioned(at_iteration(st, own), tirx.floormod(own, S)), key, -c))
+                    parity = tirx.floormod(tirx.floordiv(g, S), 2)
+                    body.append((extern("tl::mbarrier_wait", barrier(full[t], tirx.floormod(g, S)), parity), -1, -c))
+            body.append((versioned(at_iteration(st, own), tirx.floormod(g, S)), key, -c))
         return body
 
     init = [extern("tl::mbarrier_init", barrier(full[t], s), 1) for t in tiles for s in range(stages)]
@@ -218,15 +246,18 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
     prelude = [tirx.IfThenElse(tx == 0, seq(init), None), extern("__syncthreads")]
     allocs = [tirx.AllocBuffer(full[t]) for t in tiles]
     allocs += [tirx.AllocBuffer(e.barrier) for e in empties] if specialize else []
+    allocs += [tirx.AllocBuffer(c) for c in counters.values()]
+    prelude += [tirx.BufferStore(c, tirx.const(0, "int32"), [0]) for c in counters.values()]
 
     if specialize:
         ip = tirx.Var("i_load", "int32")
+        gp = counted("producer")(ip)
 
         def wait_empty(e):
             """Before the first load into a stage's tiles of `e`: wait until the consumers freed them."""
-            parity = tirx.floormod(tirx.floordiv(ip, S) + 1, 2)
-            wait = extern("tl::mbarrier_wait", barrier(e.barrier, tirx.floormod(ip, S)), parity)
-            return tirx.IfThenElse(ip >= S, wait, None)
+            parity = tirx.floormod(tirx.floordiv(gp, S) + 1, 2)
+            wait = extern("tl::mbarrier_wait", barrier(e.barrier, tirx.floormod(gp, S)), parity)
+            return tirx.IfThenElse(gp >= S, wait, None)
 
         loads, waited = [], []
         for p, t in zip(producers, tiles):
@@ -234,10 +265,13 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
             if e not in waited:
                 waited.append(e)
                 loads.append(wait_empty(e))
-            loads.append(load(p, ip))
-        produce = tirx.For(ip, 0, n, tirx.ForKind.SERIAL, seq(loads))
+            loads.append(load(p, ip, gp))
+        produce = seq([tirx.For(ip, 0, n, tirx.ForKind.SERIAL, seq(loads))] + count_run("producer"))
         producer = tirx.IfThenElse(tx == 0, produce, None)  # tx counts from the producer warpgroup's start
-        consumer = consumer_loop.build(loop, i, stages, consumers, consumer_items, empties, staged, kernel)
+        consumer = consumer_loop.build(
+            loop, i, stages, consumers, consumer_items, empties, staged, kernel, at_c, nested=bool(counters)
+        )
+        consumer = seq([consumer] + count_run("consumer"))
         region = seq(
             allocs
             + [

@@ -84,7 +84,11 @@ def _path_only(stmt, leaf):
                 kept.append(tirx.Bind(var, s.value))
         return seq(kept)
     if isinstance(stmt, tirx.For):
-        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.SERIAL, _path_only(stmt.body, leaf))
+        # The consumer branch has the same loop: the producer's copy gets its own variable.
+        var = tirx.Var(f"{stmt.loop_var.name}_p", stmt.loop_var.ty)
+        renamed = {stmt.loop_var: var}
+        body = _path_only(substitute(stmt.body, renamed), substitute(leaf, renamed))
+        return tirx.For(var, stmt.min, stmt.extent, tirx.ForKind.SERIAL, body)
     if isinstance(stmt, tirx.AttrStmt):
         return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, _path_only(stmt.body, leaf))
     if isinstance(stmt, tirx.IfThenElse):

@@ -156,9 +156,28 @@ def _gemm_per_batch():
     return main
 
 
-def test_a_pipelined_loop_inside_another_loop_keeps_cp_async():
-    # Its barriers would start each run of the loop in a phase the parities do not count from.
-    src = tilelang.compile(_gemm_per_batch.factory(), out_idx=[-1], target="sm_90a").get_kernel_source()
+def test_a_pipelined_loop_inside_another_loop_counts_its_stages_across_runs():
+    k = tilelang.compile(_gemm_per_batch.factory(), out_idx=[-1], target="sm_90a")
+    src = k.get_kernel_source()
+    assert "tl::tma_load" in src and "setmaxnreg" in src
+    # Each side counts the iterations of earlier runs, from 0 at the kernel's start, and the
+    # barriers and stages of iteration i are those of iteration runs + i.
+    for side in ("consumer", "producer"):
+        assert f"k_{side}_runs_ptr[0] = 0;" in src
+        assert f"k_{side}_runs_ptr[0] = (k_{side}_runs_ptr[0] + 4);" in src
+    assert re.search(r"mbarrier_wait\(\(&\(A_s_full_ptr\[[^\]]*k_consumer_runs_ptr\[0\]", src)
+    assert re.search(r"mbarrier_wait\(\(&\(k_empty_ptr\[\(\(k_producer_runs_ptr\[0\] \+ i_load\) & 1\)", src)
+    # The producer follows the outer loop with its own variable.
+    assert "for (int b_p = 0; b_p < 4; ++b_p)" in src
+    cuda.compile_object(src, k.target)
+
+
+def test_without_a_producer_warpgroup_a_nested_pipelined_loop_keeps_cp_async():
+    # Thread 0's loads ahead would start each run in a phase the parities do not count from.
+    k = tilelang.compile(
+        _gemm_per_batch.factory(), out_idx=[-1], target="sm_90a", pass_configs={"tl.disable_warp_specialized": True}
+    )
+    src = k.get_kernel_source()
     assert "tl::cp_async<16>" in src and "tl::tma_load" not in src
 
 

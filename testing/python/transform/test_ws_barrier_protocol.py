@@ -21,6 +21,7 @@ from tilelang.utils.target import determine_target
 _EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples")
 sys.path[:0] = [os.path.join(_EXAMPLES, d) for d in ("flash_attention", "deepseek_mla", "gemm")]
 import example_gemm as gemm  # noqa: E402
+import example_gemm_persistent as gemm_persistent  # noqa: E402
 import example_mha_fwd_bshd as fa  # noqa: E402
 import example_mla_decode as mla  # noqa: E402
 
@@ -93,7 +94,7 @@ def _int(expr, env):
         return int(expr.value)
     if isinstance(expr, ir.Var):
         for k, v in env.items():
-            if not isinstance(k, str) and k.same_as(expr):
+            if isinstance(k, ir.Var) and k.same_as(expr):
                 return int(v.value)
         raise ProtocolError(f"'{expr.name}' is not known for one block")
     if kind in _BINARY:
@@ -106,7 +107,14 @@ def _int(expr, env):
         return _int(expr.true_value if _int(expr.condition, env) else expr.false_value, env)
     if isinstance(expr, ir.Call) and getattr(expr.op, "name", "") == "prim.if_then_else":
         return _int(expr.args[1] if _int(expr.args[0], env) else expr.args[2], env)
+    if isinstance(expr, ir.TensorLoad) and _register(expr.source, expr.indices, env) in env:
+        return env[_register(expr.source, expr.indices, env)]
     raise ProtocolError(f"cannot evaluate {expr} for one block")
+
+
+def _register(buffer, indices, env):
+    """The env key of an integer register (a local buffer element, such as a stage counter)."""
+    return ("register", buffer.name, tuple(_int(i, env) for i in indices))
 
 
 def _agent(stmt, env, block, tx, consumed):
@@ -134,6 +142,8 @@ def _agent(stmt, env, block, tx, consumed):
             env[stmt.var] = tirx.const(_int(stmt.value, env), "int32")
         except (ProtocolError, AttributeError, TypeError, ValueError):
             pass  # not an index (a float, a pointer): nothing the barriers depend on
+    elif isinstance(stmt, tirx.BufferStore) and stmt.buffer.scope() == "local" and "int" in str(stmt.buffer.dtype):
+        env[_register(stmt.buffer, stmt.indices, env)] = _int(stmt.value, env)
     elif isinstance(stmt, tirx.Evaluate):
         yield from _call(stmt.value, env, block, tx, consumed)
 
@@ -259,6 +269,15 @@ def test_gemm(stages, specialized):
     # Without a producer warpgroup, thread 0 issues the TMA loads ahead (the same mbarriers).
     f = gemm.matmul.factory(256, 256, 512, 128, 256, 64, "float16", "float", 256, stages)
     _check(f, [_bx(0)], {} if specialized else {"tl.disable_warp_specialized": True})
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("K", [128, 512])
+def test_persistent_gemm_counts_stages_across_tiles(stages, K):
+    # 8 tiles over 3 blocks: blocks 0 and 1 run three tiles, block 2 two; the loads of a tile start
+    # while the last tile's stages drain. K 128: fewer iterations per tile than stages.
+    f = gemm_persistent.matmul_persistent.factory(512, 512, K, 128, 256, 64, 3, num_stages=stages)
+    _check(f, [_bx(b) for b in range(3)])
 
 
 def test_mla_split_and_combine_kernels():
