@@ -3,6 +3,7 @@
 For each shape and dtype it tries a few tile configurations and reports the best, with the ratio to
 cuBLAS. Run on a GPU machine:
     python benchmark/matmul/benchmark_matmul.py [--quick] [--no-wgmma] [--no-tma] [--no-ws]
+On Hopper it also tries the persistent example (one block per SM walking the tiles).
 """
 
 import argparse
@@ -14,6 +15,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "gemm"))
 from example_gemm import matmul  # noqa: E402
+from example_gemm_persistent import matmul_persistent  # noqa: E402
 
 import tilelang  # noqa: E402
 from tilelang.profiler import do_bench  # noqa: E402
@@ -28,6 +30,9 @@ HOPPER_CONFIGS = [
     (128, 128, 64, 128, 4, 8),
 ]
 CONFIGS = [(128, 128, 32, 128, 3, 8), (128, 128, 64, 128, 3, 8), (128, 128, 32, 128, 4, 8), (128, 256, 64, 256, 3, 8)]
+# The persistent example (examples/gemm/example_gemm_persistent.py; the last entry: tile rows per
+# group) also tried on Hopper, where its producer loads the next tile during this one's epilogue.
+PERSISTENT_CONFIGS = [(128, 256, 64, 256, 4, 8)]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 28672, 8192), (8192, 4096, 14336)]
 
 
@@ -43,6 +48,8 @@ def main():
     hopper = torch.cuda.get_device_capability() == (9, 0) and not (args.no_wgmma or args.no_tma)
     configs = HOPPER_CONFIGS if hopper else CONFIGS
     configs = configs[:2] if args.quick else configs
+    configs = [("tiles", *c) for c in configs] + [("persistent", *c) for c in (PERSISTENT_CONFIGS if hopper else [])]
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     pass_configs = {
         "tl.disable_wgmma": args.no_wgmma,
         "tl.disable_tma_lower": args.no_tma,
@@ -56,9 +63,13 @@ def main():
             ref_ms = do_bench(lambda a=a, b=b: a @ b, rep=100)
             best = None
             for config in configs:
-                bm, bn, bk, threads, stages, panel = config
+                kind, bm, bn, bk, threads, stages, panel = config
                 start = time.time()
-                func = matmul.factory(M, N, K, bm, bn, bk, dtype, "float", threads, stages, panel)
+                if kind == "persistent":
+                    args_ = (M, N, K, bm, bn, bk, num_sms, dtype, "float", threads, stages, panel)
+                    func = matmul_persistent.factory(*args_)
+                else:
+                    func = matmul.factory(M, N, K, bm, bn, bk, dtype, "float", threads, stages, panel)
                 kernel = tilelang.compile(func, out_idx=[-1], pass_configs=pass_configs)
                 kernel._ensure_built()
                 compile_s = time.time() - start
@@ -74,12 +85,12 @@ def main():
             flops = 2 * M * N * K
             rows.append((dtype, M, N, K, best[1], flops / best[0] / 1e9, flops / ref_ms / 1e9, best[2]))
     print(
-        f"{'dtype':9} {'M':>5} {'N':>6} {'K':>6} {'best config':>26} {'tilelang TF/s':>13} {'cuBLAS TF/s':>11} "
+        f"{'dtype':9} {'M':>5} {'N':>6} {'K':>6} {'best config':>38} {'tilelang TF/s':>13} {'cuBLAS TF/s':>11} "
         f"{'ratio':>6} {'compile s':>9}"
     )
     for dtype, M, N, K, tile, ours, theirs, comp in rows:
         print(
-            f"{dtype:9} {M:5d} {N:6d} {K:6d} {str(tile):>26} {ours:13.0f} {theirs:11.0f} {ours / theirs:6.3f} "
+            f"{dtype:9} {M:5d} {N:6d} {K:6d} {str(tile):>38} {ours:13.0f} {theirs:11.0f} {ours / theirs:6.3f} "
             f"{comp:9.1f}"
         )
 
