@@ -26,7 +26,7 @@ has a layout, or a UserError names the fragment, the uses that disagree and thei
 from __future__ import annotations
 
 import tvm_ffi
-from tvm import tirx
+from tvm import ir, tirx
 
 from tilelang.language.diagnostics import at_span
 from tilelang.layout import fragment as fl
@@ -35,7 +35,7 @@ from tilelang.op import base, parallel
 from tilelang.op import gemm as gemm_op
 from tilelang.op import reduce as reduce_op
 from tilelang.op.loops import is_parallel
-from tilelang.transform.common import Scope, mutate_with_scope
+from tilelang.transform.common import Scope, collect, mutate_with_scope, walk
 
 LOOP_LAYOUT = "tl.loop_layout"
 DYNAMIC = "dynamic"  # the loop layout of a loop over a dynamic extent: rounds over the threads
@@ -357,11 +357,44 @@ def _annotate(func, nodes, state):
     annotated = func.attrs.get(ANNOTATED_LAYOUTS) if func.attrs is not None else None
     shared = {b: v for b, v in (annotated or {}).items() if b.scope() != "local.fragment"}
     shared.update({b: shared_layout_to_ir(lay) for b, lay in state.shared.items()})
+    for b in _fragment_staging_tiles(func.body, state.fragments):
+        if b not in shared:
+            shared[b] = shared_layout_to_ir(sl.make_swizzled_layout(b))
     if shared:
         func = func.with_attr(SHARED_LAYOUTS, tvm_ffi.convert(shared))
     if annotated is not None:
         func = func.without_attr(ANNOTATED_LAYOUTS)
     return func
+
+
+def _fragment_staging_tiles(body, fragments) -> list:
+    """Shared tiles written from fragments and otherwise only loaded and stored element-wise (an
+    epilogue's `T.copy(acc, O_shared)` before `T.copy(O_shared, Out)`): they take the widest swizzle
+    their rows allow. Row-major, the eight rows a warp stores from an accumulator layout share
+    their banks when a row is a multiple of 128 bytes (8-way conflicts); swizzled they do not, and
+    16-byte accesses stay whole. Tiles a tile op or a call reads whole (gemm operands, TMA, externs)
+    keep the layout those impose."""
+    staged, whole = [], []
+
+    def on_store(st):
+        if st.buffer.scope().startswith("shared") and any(
+            ld.source in fragments for ld in collect(st.value, ir.TensorLoad)
+        ):
+            staged.append(st.buffer)
+
+    def on_call(call):
+        whole.extend(r.source for r in collect(call, ir.TensorRegion))
+        whole.extend(a for a in call.args if base.is_buffer(a))
+
+    walk(body, [(tirx.BufferStore, on_store), (ir.Call, on_call)])
+    out = []
+    for b in staged:
+        shape = [int(n) for n in b.shape] if all(isinstance(n, tirx.IntImm) for n in b.shape) else []
+        if len(shape) < 2 or any(b.same_as(w) for w in whole) or any(b.same_as(o) for o in out):
+            continue
+        if sl.make_swizzled_layout(b).name != "linear":
+            out.append(b)
+    return out
 
 
 def _same_shared_layout(a: sl.Layout, b: sl.Layout) -> bool:

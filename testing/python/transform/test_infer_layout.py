@@ -1,5 +1,6 @@
 """Layout inference: free partition, common propagation through fragments, and conflicts."""
 
+import numpy as np
 import pytest
 import tvm_ffi
 from tvm import tirx
@@ -7,8 +8,17 @@ from tvm import tirx
 import tilelang.language as T
 from tilelang.language.diagnostics import UserError
 from tilelang.layout import fragment as fl
+from tilelang.layout import layout as sl
+from tilelang.layout.evaluate import evaluate, grid
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
-from tilelang.transform.infer_layout import DYNAMIC, FRAGMENT_LAYOUTS, LOOP_LAYOUT, infer_layout
+from tilelang.transform.infer_layout import (
+    DYNAMIC,
+    FRAGMENT_LAYOUTS,
+    LOOP_LAYOUT,
+    SHARED_LAYOUTS,
+    infer_layout,
+    shared_layout_from_ir,
+)
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
 
 
@@ -245,3 +255,36 @@ def test_annotate_layout_checks_the_shape():
                 f = T.alloc_fragment((64, 64), "float32")
                 T.annotate_layout({f: fl.partition((32, 64), 128, 1)})
                 T.copy(A, f)
+
+
+def _shared_layouts(func):
+    return {b.name: shared_layout_from_ir(v) for b, v in func.attrs[SHARED_LAYOUTS].items()}
+
+
+def test_a_tile_written_from_a_fragment_is_swizzled():
+    # An epilogue: accumulate, stage the tile in shared memory, store it with 16-byte accesses.
+    @T.prim_func
+    def main(A: T.Tensor((128, 128), "float16"), C: T.Tensor((128, 128), "float16")):
+        with T.Kernel(1, threads=128):
+            acc = T.alloc_fragment((128, 128), "float32")
+            staged = T.alloc_shared((128, 128), "float16")
+            pinned = T.alloc_shared((128, 128), "float16")
+            plain = T.alloc_shared((128, 128), "float16")
+            T.annotate_layout({pinned: sl.linear((128, 128))})
+            T.copy(A, acc)
+            T.copy(acc, staged)  # from a fragment: swizzled
+            T.copy(acc, pinned)  # annotated: the user's layout stays
+            T.copy(A, plain)  # from global only: row-major
+            T.copy(staged, C)
+            T.copy(pinned, C)
+            T.copy(plain, C)
+
+    layouts = _shared_layouts(infer_layout(_prepare(main)))
+    r, c = grid((128, 128))
+
+    def offsets(lay):
+        return evaluate(lay.forward, {lay.vars[0]: r, lay.vars[1]: c})
+
+    assert np.array_equal(offsets(layouts["staged"]), offsets(sl.swizzle((128, 128), 16, 3)))
+    assert np.array_equal(offsets(layouts["pinned"]), offsets(sl.linear((128, 128))))
+    assert "plain" not in layouts
