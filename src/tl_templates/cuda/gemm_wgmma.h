@@ -142,6 +142,29 @@ TL_DEVICE uint64_t descriptor(const T* tile, int mn0, int k0) {
          (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (mode << 62);
 }
 
+// Descriptor of the operand element (mn0 + dMn, k0) from the descriptor of (mn0, 0): the start
+// address is the descriptor's low field and shared memory lies below 256 KB, so moving through the
+// tile adds to that field without a carry. Compile-time, so an instruction's descriptor is one add
+// to the first one instead of an address computation. MN-major: valid when mn0 is a multiple of
+// the panel width (mn0 % P == 0), which `panel_aligned` checks for a warpgroup's part.
+template <bool MNMajor, int Rows, int Swz, typename T>
+TL_DEVICE uint64_t advance(uint64_t desc, int dMn, int k0) {
+  constexpr int P = (16 << Swz) / int(sizeof(T));
+  const int d = MNMajor ? (dMn / P) * (Rows * P) + k0 * P + dMn % P : (k0 / P) * (Rows * P) + dMn * P + k0 % P;
+  // Only the low word changes: the high word (strides, swizzle mode) stays a constant.
+  return (desc & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(desc) + uint32_t(d * int(sizeof(T)) >> 4));
+}
+
+// Whether a warpgroup's part starting at a multiple of `Part` elements along MN starts a panel.
+template <bool MNMajor, int Part, int Swz, typename T>
+constexpr bool panel_aligned() {
+  return !MNMajor || Part % ((16 << Swz) / int(sizeof(T))) == 0;
+}
+
+// The warpgroup of this thread, computed so the compiler knows it is the same across the warp (it
+// then keeps descriptors in uniform registers).
+TL_DEVICE int warpgroup_index() { return __shfl_sync(0xffffffff, int(threadIdx.x) / 128, 0); }
+
 // Shared tiles written by ordinary stores become visible to the tensor cores' (async) reads.
 TL_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
@@ -184,16 +207,21 @@ TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C) {
   using S = Shape<M, N, K, WgM, WgN, TC, KS>;
   constexpr Major MA = TransA ? Major::MN : Major::K, MB = TransB ? Major::K : Major::MN;
   using Atom = typename Op<S::WGN, TA, TC, MA, MB>::SS;
-  const int wg = threadIdx.x / 128, m0 = (wg % WgM) * S::WGM, n0 = (wg / WgM) * S::WGN;
+  const int wg = warpgroup_index(), m0 = (wg % WgM) * S::WGM, n0 = (wg / WgM) * S::WGN;
+  constexpr bool step_a = panel_aligned<TransA, S::WGM, SwzA, TA>(), step_b = panel_aligned<!TransB, S::WGN, SwzB, TB>();
+  const uint64_t da0 = descriptor<TransA, RowsA, LdA, SwzA>(A, m0, 0);
+  const uint64_t db0 = descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, 0);
   if constexpr (Fence) fence_proxy_async();
   fence_operands<S::MI * S::Regs>(C);
   cute::warpgroup_arrive();
 #pragma unroll
   for (int kt = 0; kt < S::KT; ++kt) {
-    const uint64_t db = descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, kt * KS);
+    const uint64_t db = step_b ? advance<!TransB, RowsB, SwzB, TB>(db0, 0, kt * KS)
+                               : descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, kt * KS);
 #pragma unroll
     for (int mi = 0; mi < S::MI; ++mi) {
-      const uint64_t da = descriptor<TransA, RowsA, LdA, SwzA>(A, m0 + mi * 64, kt * KS);
+      const uint64_t da = step_a ? advance<TransA, RowsA, SwzA, TA>(da0, mi * 64, kt * KS)
+                                 : descriptor<TransA, RowsA, LdA, SwzA>(A, m0 + mi * 64, kt * KS);
       const ScaleOut scale = (Clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;
       fma_ss<Atom>(da, db, C + mi * S::Regs * (sizeof(TC) == 2 ? 2 : 1), scale,
                    std::make_index_sequence<S::Regs>{});
@@ -215,7 +243,9 @@ TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C) {
   static_assert(!TransA, "an A operand in registers is not transposed");
   constexpr Major MB = TransB ? Major::K : Major::MN;
   using Atom = typename Op<S::WGN, TA, TC, Major::K, MB>::RS;
-  const int wg = threadIdx.x / 128, n0 = (wg / WgM) * S::WGN;
+  const int wg = warpgroup_index(), n0 = (wg / WgM) * S::WGN;
+  constexpr bool step_b = panel_aligned<!TransB, S::WGN, SwzB, TB>();
+  const uint64_t db0 = descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, 0);
   // The caller's own registers, four 32-bit registers per instruction (no copy: a copy's registers
   // could be reused before an asynchronous group reads them).
   uint32_t(*a)[4] = reinterpret_cast<uint32_t(*)[4]>(const_cast<TA*>(A));
@@ -225,7 +255,8 @@ TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C) {
   cute::warpgroup_arrive();
 #pragma unroll
   for (int kt = 0; kt < S::KT; ++kt) {
-    const uint64_t db = descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, kt * 16);
+    const uint64_t db = step_b ? advance<!TransB, RowsB, SwzB, TB>(db0, 0, kt * 16)
+                               : descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, kt * 16);
 #pragma unroll
     for (int mi = 0; mi < S::MI; ++mi) {
       const ScaleOut scale = (Clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;
