@@ -32,7 +32,7 @@ from tilelang.transform import wgmma_waits
 from tilelang.utils.ir import extern, seq
 
 if TYPE_CHECKING:
-    from tilelang.transform.pipeline_tma import Kernel
+    from tilelang.transform.pipeline_tma_checks import Kernel
 
 
 @dataclass

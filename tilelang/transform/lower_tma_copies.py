@@ -24,7 +24,7 @@ from tilelang.layout.fragment import substitute
 from tilelang.op import base, tma
 from tilelang.op import copy as copy_op
 from tilelang.transform import pass_config
-from tilelang.transform import pipeline_tma as ptma
+from tilelang.transform import pipeline_tma_checks as checks
 from tilelang.transform.common import Scope, allocate_at_kernel_top, is_innermost_thread_extent, mutate_with_scope
 from tilelang.transform.consumer_loop import barrier
 from tilelang.utils.ir import extern, seq
@@ -60,8 +60,8 @@ def lower_tma_copies(func: tirx.PrimFunc) -> tirx.PrimFunc:
         tx, threads = scope.threads.get("threadIdx.x", (None, 0))
         if isinstance(tile, str) or tx is None or {"threadIdx.y", "threadIdx.z"} & set(scope.threads):
             return stmt
-        kernel = ptma.Kernel(func, target, tx, int(threads), only_x=True, specialized=[])
-        if tma.box_plan(tile, ptma.predicted_layout(dst.buffer, kernel)) is None:
+        kernel = checks.Kernel(func, target, tx, int(threads), only_x=True, specialized=[])
+        if tma.box_plan(tile, checks.predicted_layout(dst.buffer, kernel)) is None:
             return stmt
         ptr = barrier(placeholder, len(tiles))
         tiles.append(dst.buffer)

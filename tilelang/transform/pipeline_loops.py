@@ -37,6 +37,7 @@ from tilelang.layout.fragment import substitute
 from tilelang.op import base, tma
 from tilelang.op import copy as copy_op
 from tilelang.transform import pipeline_tma
+from tilelang.transform import pipeline_tma_checks as checks
 from tilelang.transform.common import Scope, mutate_with_scope, walk
 from tilelang.utils.ir import collect, extern, seq
 
@@ -215,7 +216,7 @@ def _plan(loop, stages: int):
     return Plan(producers, ordered, tiles, stage_of, stmts)
 
 
-def _pipeline(loop, stages: int, new_tiles: dict, kernel: pipeline_tma.Kernel):
+def _pipeline(loop, stages: int, new_tiles: dict, kernel: checks.Kernel):
     plan = _plan(loop, stages)
     producers, tiles = plan.producers, plan.tiles
     if not producers:
@@ -225,9 +226,9 @@ def _pipeline(loop, stages: int, new_tiles: dict, kernel: pipeline_tma.Kernel):
         new = tirx.decl_buffer((stages, *t.shape), str(t.dtype), t.name, scope=t.scope())
         versions[t] = new
         new_tiles[t] = new
-    reason = pipeline_tma.why_not(producers, kernel)
-    no_ws = reason or pipeline_tma.why_not_specialized(loop, producers, kernel)
-    reason = reason or pipeline_tma.why_not_nested(kernel, no_ws)
+    reason = checks.why_not(producers, kernel)
+    no_ws = reason or checks.why_not_specialized(loop, producers, kernel)
+    reason = reason or checks.why_not_nested(kernel, no_ws)
     deep = max(plan.stage_of) > 1
     if any(plan.stage_of) and (no_ws is not None or deep):
         why = no_ws if no_ws is not None else "consumer stages beyond 1"
@@ -295,7 +296,7 @@ def pipeline_loops(func: tirx.PrimFunc) -> tirx.PrimFunc:
             depth[0] -= 1
             return out
         tx, threads = scope.threads.get("threadIdx.x", (None, 1))
-        kernel = pipeline_tma.Kernel(
+        kernel = checks.Kernel(
             func,
             target,
             tx,

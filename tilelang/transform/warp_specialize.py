@@ -30,6 +30,7 @@ from tilelang.language.diagnostics import CompilerError
 from tilelang.layout.fragment import substitute
 from tilelang.transform import pipeline_tma as ptma
 from tilelang.transform.common import Scope, collect, is_thread_extent, mutate_with_scope
+from tilelang.transform.pipeline_tma_checks import PRODUCER_THREADS
 from tilelang.utils.ir import extern, seq
 
 CONSUMER_BRANCH = "tl.ws_consumer_branch"
@@ -174,10 +175,8 @@ def _specialize_kernel(attr):
     producer_side = tirx.AttrStmt(tx, PRODUCER_BRANCH, threads, producer_side)
     new_body = seq(lead + allocs + [prelude, producer_side, consumer_side])
     iv = attr.node
-    new_iv = tirx.IterVar(
-        ir.Range.from_min_extent(0, threads + ptma.PRODUCER_THREADS), iv.var, iv.iter_type, iv.thread_tag
-    )
-    return tirx.AttrStmt(new_iv, attr.attr_key, tirx.const(threads + ptma.PRODUCER_THREADS, "int32"), new_body)
+    new_iv = tirx.IterVar(ir.Range.from_min_extent(0, threads + PRODUCER_THREADS), iv.var, iv.iter_type, iv.thread_tag)
+    return tirx.AttrStmt(new_iv, attr.attr_key, tirx.const(threads + PRODUCER_THREADS, "int32"), new_body)
 
 
 def warp_specialize(func: tirx.PrimFunc) -> tirx.PrimFunc:
