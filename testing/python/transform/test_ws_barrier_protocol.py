@@ -15,6 +15,8 @@ import pytest
 import tvm_ffi
 from tvm import ir, tirx
 
+import tilelang
+import tilelang.language as T
 from tilelang.engine.pipeline import lower
 from tilelang.utils.target import determine_target
 
@@ -278,6 +280,57 @@ def test_persistent_gemm_counts_stages_across_tiles(stages, K):
     # while the last tile's stages drain. K 128: fewer iterations per tile than stages.
     f = gemm_persistent.matmul_persistent.factory(512, 512, K, 128, 256, 64, 3, num_stages=stages)
     _check(f, [_bx(b) for b in range(3)])
+
+
+@tilelang.jit(out_idx=[-1])
+def _staged_per_tile(tiles=3):
+    """A flash-attention-shaped loop (Q·Kᵀ, a stand-in softmax, P·V one iteration behind) run once
+    per tile of a persistent loop, t + bx iterations per run (0 to 3)."""
+
+    @T.prim_func
+    def main(
+        Q: T.Tensor((128, 64), "float16"),
+        K: T.Tensor((256, 64), "float16"),
+        V: T.Tensor((256, 64), "float16"),
+        Out: T.Tensor((2, tiles, 128, 64), "float16"),
+    ):
+        with T.Kernel(2, threads=256) as bx:
+            Q_s = T.alloc_shared((128, 64), "float16")
+            K_s = T.alloc_shared((64, 64), "float16")
+            V_s = T.alloc_shared((64, 64), "float16")
+            S = T.alloc_fragment((128, 64), "float")
+            P = T.alloc_fragment((128, 64), "float16")
+            O = T.alloc_fragment((128, 64), "float")
+            T.copy(Q, Q_s)
+            for t in T.serial(tiles):
+                T.clear(O)
+                for k in T.Pipelined(
+                    T.min(t + bx, 4),
+                    num_stages=2,
+                    order=[-1, 0, 3, 1, -1, 2],
+                    stage=[-1, 0, 0, 1, -1, 1],
+                    group=[[0], [1], [2, 3], [4], [5], [6]],
+                ):
+                    T.copy(K[k * 64, 0], K_s)
+                    T.gemm(Q_s, K_s, S, transpose_B=True, clear_accum=True)
+                    for i, j in T.Parallel(128, 64):
+                        S[i, j] = S[i, j] * 0.125
+                    T.copy(S, P)
+                    for i, j in T.Parallel(128, 64):
+                        O[i, j] = O[i, j] * 0.5
+                    T.copy(V[k * 64, 0], V_s)
+                    T.gemm(P, V_s, O)
+                T.copy(O, Out[bx, t, :, :])
+
+    return main
+
+
+def test_staged_schedule_counts_stages_across_runs_of_any_length():
+    # Runs of 0, 1, 2 and 3 iterations in a row: V of a run's last iteration (read one iteration
+    # behind) is freed after its epilogue, so the next run's loads find their stages free.
+    src = tilelang.compile(_staged_per_tile.factory(), out_idx=[-1], target="sm_90a").get_kernel_source()
+    assert "k_consumer_runs_ptr" in src and "pingpong" not in src  # no turns across runs
+    _check(_staged_per_tile.factory(), [_bx(0), _bx(1)])
 
 
 def test_mla_split_and_combine_kernels():
