@@ -7,7 +7,6 @@ Run on a GPU machine: python benchmark/flash_attention/benchmark_flash_attention
 import argparse
 import functools
 import os
-import statistics
 import sys
 
 import torch
@@ -17,15 +16,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "flash_attention"))
 from example_mha_fwd_bhsd import flashattn, ref_program  # noqa: E402
 
-from tilelang.profiler import do_bench  # noqa: E402
+from tilelang.profiler import do_bench_in_turn  # noqa: E402
 
-# (block_M, block_N, num_stages, threads) tried per shape; the best is reported. 176 (FA3's block N
-# for d128) wins without a causal mask on long sequences; measured worse at d64.
+# (block_M, block_N, num_stages, threads) tried per shape; the best is reported. 176 is FA3's block N
+# for d128 (measured worse at d64).
 CONFIGS = {
     64: [(128, 64, 2, 256), (128, 128, 2, 256)],
     128: [(128, 64, 2, 256), (128, 128, 2, 256), (128, 176, 2, 256)],
 }
-ROUNDS = 3  # ours and torch's backends measured in turn, median of each: the GPU's clock drifts
 
 
 def shapes(quick):
@@ -51,15 +49,6 @@ def torch_sdpa(q, k, v, causal, backend):
     return run
 
 
-def interleaved_ms(fns):
-    """Median milliseconds of each function (None: nan), measured in turn for ROUNDS rounds."""
-    times = [[] for _ in fns]
-    for _ in range(ROUNDS):
-        for t, fn in zip(times, fns):
-            t.append(do_bench(fn, rep=30) if fn is not None else float("nan"))
-    return [statistics.median(t) for t in times]
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="b8 h32 s4096 d128 only")
@@ -68,20 +57,20 @@ def main():
     for batch, heads, seq, dim, causal in shapes(args.quick):
         q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16) for _ in range(3))
         flops = 4 * batch * heads * seq * seq * dim * (0.5 if causal else 1.0)
-        best = None
-        for bm, bn, stages, threads in CONFIGS[dim]:
-            kernel = flashattn(batch, heads, seq, seq, dim, causal, bm, bn, stages, threads)
+        fns = {}
+        for config in CONFIGS[dim]:
+            kernel = flashattn(batch, heads, seq, seq, dim, causal, *config)
             # A fresh output buffer could hold an earlier configuration's result; check on fresh inputs.
             x, y, z = torch.randn_like(q), torch.randn_like(k), torch.randn_like(v)
             torch.testing.assert_close(kernel(x, y, z), ref_program(x, y, z, causal), rtol=1e-2, atol=1e-2)
-            ms = do_bench(lambda kernel=kernel, q=q, k=k, v=v: kernel(q, k, v), rep=30)
-            if best is None or ms < best[0]:
-                best = (ms, (bm, bn, stages, threads))
-        kernel = flashattn(batch, heads, seq, seq, dim, causal, *best[1])
-        backends = (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION)
-        fns = [functools.partial(kernel, q, k, v)] + [torch_sdpa(q, k, v, causal, b) for b in backends]
-        ours, flash, cudnn = interleaved_ms(fns)
-        rows.append((batch, heads, seq, dim, causal, best[1], *(flops / t / 1e9 for t in (ours, flash, cudnn))))
+            fns[config] = functools.partial(kernel, q, k, v)
+        fns["flash"] = torch_sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION)
+        fns["cudnn"] = torch_sdpa(q, k, v, causal, SDPBackend.CUDNN_ATTENTION)
+        # Every configuration and torch's backends timed in turn (the GPU's clocks drift).
+        ms = do_bench_in_turn(fns, rounds=3, rep=30)
+        best = min(CONFIGS[dim], key=lambda c: ms[c])
+        ours, flash, cudnn = ms[best], ms["flash"], ms["cudnn"]
+        rows.append((batch, heads, seq, dim, causal, best, *(flops / t / 1e9 for t in (ours, flash, cudnn))))
     print(f"{'b':>3} {'h':>3} {'seq':>6} {'d':>4} {'causal':>6} {'best config':>20} {'tilelang':>9} "
           f"{'torch flash':>11} {'torch cuDNN':>11} {'vs cuDNN':>8}  (TFLOP/s)")  # fmt: skip
     for b, h, s, d, c, cfg, ours, flash, cudnn in rows:

@@ -7,6 +7,7 @@ On Hopper it also tries the persistent example (one block per SM walking the til
 """
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -18,7 +19,7 @@ from example_gemm import matmul  # noqa: E402
 from example_gemm_persistent import matmul_persistent  # noqa: E402
 
 import tilelang  # noqa: E402
-from tilelang.profiler import do_bench  # noqa: E402
+from tilelang.profiler import do_bench_in_turn  # noqa: E402
 
 # (block_M, block_N, block_K, threads, num_stages, rasterization panel): the best of sweeps on the
 # H200 over tiles 64..256, 128/256 threads, 2-8 stages and panels 0/4/8/16. With TMA and a producer
@@ -60,8 +61,7 @@ def main():
         for M, N, K in shapes:
             a = torch.randn(M, K, device="cuda", dtype=getattr(torch, dtype))
             b = torch.randn(K, N, device="cuda", dtype=getattr(torch, dtype))
-            ref_ms = do_bench(lambda a=a, b=b: a @ b, rep=100)
-            best = None
+            fns, compile_s = {}, {}
             for config in configs:
                 kind, bm, bn, bk, threads, stages, panel = config
                 start = time.time()
@@ -72,18 +72,18 @@ def main():
                     func = matmul.factory(M, N, K, bm, bn, bk, dtype, "float", threads, stages, panel)
                 kernel = tilelang.compile(func, out_idx=[-1], pass_configs=pass_configs)
                 kernel._ensure_built()
-                compile_s = time.time() - start
+                compile_s[config] = time.time() - start
                 # Fresh inputs for the check: a kernel that wrote nothing must not pass on a recycled
                 # output buffer that still holds an earlier configuration's (correct) result.
                 x, y = torch.randn_like(a), torch.randn_like(b)
                 torch.testing.assert_close(kernel(x, y), x @ y, rtol=2e-2, atol=2e-1)
-                ms = do_bench(lambda kernel=kernel, a=a, b=b: kernel(a, b), rep=100)
-                if best is None or ms < best[0]:
-                    best = (ms, config, compile_s)
-            # cuBLAS timed again after ours (clocks drift as the GPU warms); its better time is kept.
-            ref_ms = min(ref_ms, do_bench(lambda a=a, b=b: a @ b, rep=100))
+                fns[config] = functools.partial(kernel, a, b)
+            fns["cuBLAS"] = functools.partial(torch.matmul, a, b)
+            # Every configuration and cuBLAS timed in turn (the GPU's clocks drift).
+            ms = do_bench_in_turn(fns, rounds=3, rep=60)
+            best = min(configs, key=lambda c: ms[c])
             flops = 2 * M * N * K
-            rows.append((dtype, M, N, K, best[1], flops / best[0] / 1e9, flops / ref_ms / 1e9, best[2]))
+            rows.append((dtype, M, N, K, best, flops / ms[best] / 1e9, flops / ms["cuBLAS"] / 1e9, compile_s[best]))
     print(
         f"{'dtype':9} {'M':>5} {'N':>6} {'K':>6} {'best config':>38} {'tilelang TF/s':>13} {'cuBLAS TF/s':>11} "
         f"{'ratio':>6} {'compile s':>9}"

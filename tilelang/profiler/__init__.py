@@ -7,8 +7,8 @@
 Used by users and by the autotuner; never by the compiler. Importing it does not import torch.
 """
 
-from tilelang.profiler.bench import do_bench
+from tilelang.profiler.bench import do_bench, do_bench_in_turn
 from tilelang.profiler.profiler import Profiler, check_close
 from tilelang.profiler.tensor_supply import TensorSupplyType, supply_tensor
 
-__all__ = ["Profiler", "TensorSupplyType", "check_close", "do_bench", "supply_tensor"]
+__all__ = ["Profiler", "TensorSupplyType", "check_close", "do_bench", "do_bench_in_turn", "supply_tensor"]

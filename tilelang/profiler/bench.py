@@ -6,6 +6,12 @@ one both get a stable measurement in about the same wall time.
 
     ms = do_bench(lambda: kernel(a, b))                    # ~25 ms of warm-up, ~100 ms timed
     ms = do_bench(lambda: kernel(a, b), n_repeat=10)       # exactly 10 timed runs
+
+To compare kernels, time them in turn (`do_bench_in_turn`): a GPU's clocks drift by several percent
+between runs of a script (about 10% on the H200 used for the benchmarks), so timing one kernel
+after another measures the drift as much as the kernels.
+
+    ms = do_bench_in_turn({"ours": lambda: kernel(a, b), "cuBLAS": lambda: a @ b})
 """
 
 from __future__ import annotations
@@ -69,3 +75,13 @@ def do_bench(
         e.record()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def do_bench_in_turn(fns: dict, rounds: int = 3, **kwargs) -> dict:
+    """Median over `rounds` of `do_bench(fn, **kwargs)` for each function of `fns` (name -> fn, or
+    None for one that cannot run: nan), the functions timed in turn within each round."""
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(do_bench(fn, **kwargs) if fn is not None else float("nan"))
+    return {name: statistics.median(t) for name, t in times.items()}

@@ -159,3 +159,19 @@ def test_jit_kernel_gives_a_profiler_over_its_inputs():
     assert [p.name for p in profiler.input_params] == ["X", "Y"]
     assert kernel.get_profiler().supply_type is TensorSupplyType.Auto
     assert tilelang.TensorSupplyType is TensorSupplyType
+
+
+def test_do_bench_in_turn_times_the_functions_in_turn_and_takes_medians(monkeypatch):
+    from tilelang.profiler import bench
+
+    calls = []
+    fake = {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 9.0, 4.0])}
+
+    def timed(fn, **kwargs):
+        calls.append(fn())
+        return next(fake[calls[-1]])
+
+    monkeypatch.setattr(bench, "do_bench", timed)
+    got = bench.do_bench_in_turn({"a": lambda: "a", "b": lambda: "b", "missing": None}, rounds=3, rep=5)
+    assert calls == ["a", "b"] * 3  # one of each per round, not all of a first
+    assert got["a"] == 2.0 and got["b"] == 5.0 and got["missing"] != got["missing"]  # nan
