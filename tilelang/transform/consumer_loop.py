@@ -50,13 +50,14 @@ def barrier(buffer, index):
     return tirx.address_of(tirx.BufferLoad(buffer, [index]))
 
 
-def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel, counted=None, nested=False):
+def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel, counted=None):
     """The consumers' side of a warp-specialized pipeline. With consumers in stage 1, a prologue
     runs stage 0 of iteration 0 and an epilogue stage 1 of the last iteration, around a loop from 1.
     wgmma gemms run asynchronously with the waits `wgmma_waits` places; each iteration frees the
-    oldest stage nothing reads any more. `counted(it)`: iteration `it` as the barriers count it
-    (earlier runs included). A `nested` loop runs again: after the run, the stages its last
-    iterations used are freed too, so the producer can fill them for the next run."""
+    oldest stage nothing reads any more. A loop inside another loop passes `counted(it)`, iteration
+    `it` as the barriers count it (earlier runs included): it runs again, so after each run the
+    stages its last iterations used are freed too, and the producer can fill them for the next."""
+    nested = counted is not None
     counted = counted or (lambda it: it)
     n, S = loop.extent, tirx.const(stages, "int32")
     tiles = staged + list(kernel.tma_tiles)

@@ -189,7 +189,7 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
         produce = seq([tirx.For(ip, 0, n, tirx.ForKind.SERIAL, seq(loads))] + count_run("producer"))
         producer = tirx.IfThenElse(tx == 0, produce, None)  # tx counts from the producer warpgroup's start
         consumer = consumer_loop.build(
-            loop, i, stages, consumers, consumer_items, empties, staged, kernel, at_c, nested=bool(counters)
+            loop, i, stages, consumers, consumer_items, empties, staged, kernel, at_c if counters else None
         )
         consumer = seq([consumer] + count_run("consumer"))
         region = seq(
