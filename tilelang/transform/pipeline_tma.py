@@ -26,10 +26,11 @@ when the loop's trip count or coordinates read values the consumers compute (reg
 memory).
 
 A pipelined loop inside another loop (a persistent kernel's loop over tiles) counts its stages on
-from one run to the next: each side keeps the number of iterations its earlier runs did (`base`, a
-register) and iteration i of a run is iteration base + i of the barriers, so the producer may run
-ahead into the next run (the next tile's loads beside this tile's epilogue). Every run frees all
-the stages it used. Without warp specialization such a loop keeps cp.async.
+from one run to the next: each side keeps the number of iterations its earlier runs did in a
+register (`k_consumer_runs`, `k_producer_runs` for loop variable k), and iteration i of a run is
+iteration runs + i of the stages and barriers, so the producer may run ahead into the next run (the
+next tile's loads beside this tile's epilogue). Every run frees all the stages it used. Without
+warp specialization such a loop keeps cp.async (thread 0's loads ahead would need the same count).
 
 The two loops are left in a `tl.ws` region (prelude: barrier allocation and initialization;
 producer; consumer). `warp_specialize` later adds the warpgroup, splits the threads, and sets the
