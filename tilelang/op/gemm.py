@@ -307,7 +307,7 @@ def lower(call, ctx, span=None) -> tirx.Stmt:
     args = [pointer(g.a, ctx, 1), pointer(g.b, ctx, 1), pointer(g.c, ctx, 3)]
     p = gemm_wgmma.plan(g, ctx.target, ctx.num_threads)
     if p is not None:
-        return tirx.Evaluate(tirx.call_extern("void", gemm_wgmma.call_name(g, p), *args))
+        return tirx.Evaluate(tirx.call_extern("void", gemm_wgmma.call_name(g, p), *args, ctx.warpgroup_index()))
     wm, wn = warp_partition(g.M, g.N, ctx.num_threads // 32, g.policy, span)
     lda, ldb = int(g.a.buffer.shape[-1]), int(g.b.buffer.shape[-1])
 

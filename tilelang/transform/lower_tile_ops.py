@@ -63,6 +63,7 @@ class LowerContext:
         }
         self._scope = scope
         self.workspaces = []
+        self.warpgroup = None  # the kernel's `tl::warpgroup_index()`, bound at its start once used
 
     @property
     def analyzer(self):
@@ -89,6 +90,12 @@ class LowerContext:
 
     def has_local(self, buffer) -> bool:
         return buffer in self._locals
+
+    def warpgroup_index(self):
+        """A variable holding this thread's warpgroup (read once per kernel, for the wgmma calls)."""
+        if self.warpgroup is None:
+            self.warpgroup = tirx.Var("warpgroup", "int32")
+        return self.warpgroup
 
     def workspace(self, size: int, dtype):
         """Shared scratch of `size` elements, live only inside the lowering of one tile op (between
@@ -163,11 +170,15 @@ def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
     def on_attr(stmt, recurse):
         if not is_innermost_thread_extent(stmt):
             return recurse(stmt)
-        outer = ctx.workspaces
-        ctx.workspaces = []
+        outer = ctx.workspaces, ctx.warpgroup
+        ctx.workspaces, ctx.warpgroup = [], None
+        new = recurse(stmt)
+        if ctx.warpgroup is not None:
+            index = tirx.call_extern("int32", "tl::warpgroup_index")
+            new = tirx.AttrStmt(new.node, new.attr_key, new.value, seq([tirx.Bind(ctx.warpgroup, index), new.body]))
         # Shared scratch for this kernel, allocated before its first statement.
-        new = allocate_at_kernel_top(*_share_workspaces(recurse(stmt), ctx.workspaces))
-        ctx.workspaces = outer
+        new = allocate_at_kernel_top(*_share_workspaces(new, ctx.workspaces))
+        ctx.workspaces, ctx.warpgroup = outer
         return new
 
     body = mutate_with_scope(

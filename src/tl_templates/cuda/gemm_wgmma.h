@@ -161,10 +161,6 @@ constexpr bool panel_aligned() {
   return !MNMajor || Part % ((16 << Swz) / int(sizeof(T))) == 0;
 }
 
-// The warpgroup of this thread, computed so the compiler knows it is the same across the warp (it
-// then keeps descriptors in uniform registers).
-TL_DEVICE int warpgroup_index() { return __shfl_sync(0xffffffff, int(threadIdx.x) / 128, 0); }
-
 // Shared tiles written by ordinary stores become visible to the tensor cores' (async) reads.
 TL_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
@@ -198,16 +194,22 @@ struct Shape {
 
 }  // namespace wgmma_detail
 
+// The warpgroup of this thread, through a warp shuffle so the compiler knows it is the same across
+// the warp (it then keeps the gemms' descriptors in uniform registers). The generated code reads it
+// once at the kernel's start and passes it to every wgmma call: a shuffle per call would put its
+// latency before each call's first instruction.
+TL_DEVICE int warpgroup_index() { return __shfl_sync(0xffffffff, int(threadIdx.x) / 128, 0); }
+
 // A and B in shared memory, laid out as gmma_panels (RowsX x LdX tiles, SwzX the swizzle bits).
 template <int M, int N, int K, int WgM, int WgN, bool TransA, bool TransB, bool Clear, int RowsA, int LdA, int SwzA,
           int RowsB, int LdB, int SwzB, int Wait = 0, bool Fence = true, typename TA, typename TB, typename TC>
-TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C) {
+TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C, int wg) {
   using namespace wgmma_detail;
   constexpr int KS = k_step<TA>();
   using S = Shape<M, N, K, WgM, WgN, TC, KS>;
   constexpr Major MA = TransA ? Major::MN : Major::K, MB = TransB ? Major::K : Major::MN;
   using Atom = typename Op<S::WGN, TA, TC, MA, MB>::SS;
-  const int wg = warpgroup_index(), m0 = (wg % WgM) * S::WGM, n0 = (wg / WgM) * S::WGN;
+  const int m0 = (wg % WgM) * S::WGM, n0 = (wg / WgM) * S::WGN;
   constexpr bool step_a = panel_aligned<TransA, S::WGM, SwzA, TA>(), step_b = panel_aligned<!TransB, S::WGN, SwzB, TB>();
   const uint64_t da0 = descriptor<TransA, RowsA, LdA, SwzA>(A, m0, 0);
   const uint64_t db0 = descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, 0);
@@ -237,13 +239,13 @@ TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C) {
 // A's array unchanged, and fences it, until the group is waited for (tl.wgmma_wait does both).
 template <int M, int N, int K, int WgM, int WgN, bool TransA, bool TransB, bool Clear, int RowsA, int LdA, int SwzA,
           int RowsB, int LdB, int SwzB, int Wait = 0, bool Fence = true, typename TA, typename TB, typename TC>
-TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C) {
+TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C, int wg) {
   using namespace wgmma_detail;
   using S = Shape<M, N, K, WgM, WgN, TC>;
   static_assert(!TransA, "an A operand in registers is not transposed");
   constexpr Major MB = TransB ? Major::K : Major::MN;
   using Atom = typename Op<S::WGN, TA, TC, Major::K, MB>::RS;
-  const int wg = warpgroup_index(), n0 = (wg / WgM) * S::WGN;
+  const int n0 = (wg / WgM) * S::WGN;
   constexpr bool step_b = panel_aligned<!TransB, S::WGN, SwzB, TB>();
   const uint64_t db0 = descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, 0);
   // The caller's own registers, four 32-bit registers per instruction (no copy: a copy's registers

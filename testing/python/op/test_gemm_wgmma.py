@@ -1,6 +1,8 @@
 """T.gemm on sm_90a through wgmma: when it is chosen (and when mma.sync stays), the register and
 shared layouts it imposes, and the generated code compiling with nvcc (no GPU needed)."""
 
+import re
+
 import numpy as np
 import pytest
 import tvm_ffi
@@ -120,6 +122,16 @@ def test_extended_n_is_for_16_bit_types_only():
     assert gemm_wgmma.plan(g, SM90, 128) is None
     g = _gemm(_gemm_kernel(128, 176, 64, dtype="bfloat16", trans_b=True, threads=128))
     assert gemm_wgmma.plan(g, SM90, 128) is not None
+
+
+def test_the_warpgroup_index_is_read_once_per_kernel():
+    # A warp shuffle tells the compiler the index is warp-uniform (descriptors stay in uniform
+    # registers); read once at the kernel's start, its latency is not paid before every gemm.
+    k = tilelang.compile(_gemm_kernel(128, 128, 64, threads=256), target="sm_90a")
+    src = k.get_kernel_source()
+    assert src.count("tl::warpgroup_index()") == 1
+    assert src.index("int warpgroup = tl::warpgroup_index();") < src.index("tl::wgmma_ss<")
+    assert re.search(r"tl::wgmma_ss<[^>]*>\([^;]*, warpgroup\);", src)
 
 
 def test_alignment_check_sees_every_descriptor_operand(monkeypatch):
