@@ -123,6 +123,18 @@ TL_DEVICE void fma_rs(const uint32_t (&a)[4], uint64_t db, TC* c, ScaleOut scale
   Atom::fma(a[0], a[1], a[2], a[3], db, acc(c, I)..., scale);
 }
 
+// Panel width in elements of a tile with the `Swz` swizzle (128, 64 or 32 bytes).
+template <int Swz, typename T>
+constexpr int panel_width() {
+  return (16 << Swz) / int(sizeof(T));
+}
+
+// Element offset of row/column (mn, k) in a gmma_panels tile with `Rows` rows (see descriptor()).
+template <bool MNMajor, int Rows, int P>
+TL_DEVICE constexpr int panel_offset(int mn, int k) {
+  return MNMajor ? (mn / P) * (Rows * P) + k * P + mn % P : (k / P) * (Rows * P) + mn * P + k % P;
+}
+
 // A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format") for the instruction
 // operand whose first element is at row/column (mn0, k0) of a gmma_panels tile with `Rows` rows of
 // `Ld` elements. K-major: rows are M (or N), K contiguous; MN-major: rows are K, M (or N) contiguous.
@@ -130,10 +142,9 @@ template <bool MNMajor, int Rows, int Ld, int Swz, typename T>
 TL_DEVICE uint64_t descriptor(const T* tile, int mn0, int k0) {
   static_assert(!MNMajor || sizeof(T) == 2, "only 16-bit operands can be read MN-major");
   static_assert(Swz >= 1 && Swz <= 3, "wgmma reads swizzled tiles (32, 64 or 128 bytes)");
-  constexpr int P = (16 << Swz) / int(sizeof(T));  // panel width in elements
+  constexpr int P = panel_width<Swz, T>();
   static_assert(Ld % P == 0, "the tile's rows are whole panels");
-  const int off = MNMajor ? (mn0 / P) * (Rows * P) + k0 * P + mn0 % P : (k0 / P) * (Rows * P) + mn0 * P + k0 % P;
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + off));
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + panel_offset<MNMajor, Rows, P>(mn0, k0)));
   // Leading byte offset: between panels along MN (MN-major; unused when K-major). Stride byte
   // offset: between groups of 8 rows.
   constexpr uint32_t lbo = MNMajor ? Rows * P * sizeof(T) : 16, sbo = 8 * P * sizeof(T);
@@ -149,8 +160,8 @@ TL_DEVICE uint64_t descriptor(const T* tile, int mn0, int k0) {
 // the panel width (mn0 % P == 0), which `panel_aligned` checks for a warpgroup's part.
 template <bool MNMajor, int Rows, int Swz, typename T>
 TL_DEVICE uint64_t advance(uint64_t desc, int dMn, int k0) {
-  constexpr int P = (16 << Swz) / int(sizeof(T));
-  const int d = MNMajor ? (dMn / P) * (Rows * P) + k0 * P + dMn % P : (k0 / P) * (Rows * P) + dMn * P + k0 % P;
+  // offset(mn0 + dMn, k0) - offset(mn0, 0) = offset(dMn, k0) when mn0 % P == 0.
+  const int d = panel_offset<MNMajor, Rows, panel_width<Swz, T>()>(dMn, k0);
   // Only the low word changes: the high word (strides, swizzle mode) stays a constant.
   return (desc & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(desc) + uint32_t(d * int(sizeof(T)) >> 4));
 }
@@ -158,7 +169,7 @@ TL_DEVICE uint64_t advance(uint64_t desc, int dMn, int k0) {
 // Whether a warpgroup's part starting at a multiple of `Part` elements along MN starts a panel.
 template <bool MNMajor, int Part, int Swz, typename T>
 constexpr bool panel_aligned() {
-  return !MNMajor || Part % ((16 << Swz) / int(sizeof(T))) == 0;
+  return !MNMajor || Part % panel_width<Swz, T>() == 0;
 }
 
 // Shared tiles written by ordinary stores become visible to the tensor cores' (async) reads.
@@ -210,7 +221,8 @@ TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C, int wg) {
   constexpr Major MA = TransA ? Major::MN : Major::K, MB = TransB ? Major::K : Major::MN;
   using Atom = typename Op<S::WGN, TA, TC, MA, MB>::SS;
   const int m0 = (wg % WgM) * S::WGM, n0 = (wg / WgM) * S::WGN;
-  constexpr bool step_a = panel_aligned<TransA, S::WGM, SwzA, TA>(), step_b = panel_aligned<!TransB, S::WGN, SwzB, TB>();
+  constexpr bool step_a = panel_aligned<TransA, S::WGM, SwzA, TA>();
+  constexpr bool step_b = panel_aligned<!TransB, S::WGN, SwzB, TB>();
   const uint64_t da0 = descriptor<TransA, RowsA, LdA, SwzA>(A, m0, 0);
   const uint64_t db0 = descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, 0);
   if constexpr (Fence) fence_proxy_async();
