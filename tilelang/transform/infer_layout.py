@@ -357,9 +357,9 @@ def _annotate(func, nodes, state):
     annotated = func.attrs.get(ANNOTATED_LAYOUTS) if func.attrs is not None else None
     shared = {b: v for b, v in (annotated or {}).items() if b.scope() != "local.fragment"}
     shared.update({b: shared_layout_to_ir(lay) for b, lay in state.shared.items()})
-    for b in _fragment_staging_tiles(func.body, state.fragments):
+    for b, layout in _fragment_staging_tiles(func.body, state.fragments).items():
         if b not in shared:
-            shared[b] = shared_layout_to_ir(sl.make_swizzled_layout(b))
+            shared[b] = shared_layout_to_ir(layout)
     if shared:
         func = func.with_attr(SHARED_LAYOUTS, tvm_ffi.convert(shared))
     if annotated is not None:
@@ -367,7 +367,7 @@ def _annotate(func, nodes, state):
     return func
 
 
-def _fragment_staging_tiles(body, fragments) -> list:
+def _fragment_staging_tiles(body, fragments) -> dict:
     """Shared tiles written from fragments and otherwise only loaded and stored element-wise (an
     epilogue's `T.copy(acc, O_shared)` before `T.copy(O_shared, Out)`): they take the widest swizzle
     their rows allow. Row-major, the eight rows a warp stores from an accumulator layout share
@@ -387,13 +387,14 @@ def _fragment_staging_tiles(body, fragments) -> list:
         whole.extend(a for a in call.args if base.is_buffer(a))
 
     walk(body, [(tirx.BufferStore, on_store), (ir.Call, on_call)])
-    out = []
+    out = {}
     for b in staged:
-        shape = [int(n) for n in b.shape] if all(isinstance(n, tirx.IntImm) for n in b.shape) else []
-        if len(shape) < 2 or any(b.same_as(w) for w in whole) or any(b.same_as(o) for o in out):
+        static = all(isinstance(n, tirx.IntImm) for n in b.shape)
+        if not static or len(b.shape) < 2 or b in out or any(b.same_as(w) for w in whole):
             continue
-        if sl.make_swizzled_layout(b).name != "linear":
-            out.append(b)
+        layout = sl.make_swizzled_layout(b)
+        if layout.name != "linear":
+            out[b] = layout
     return out
 
 

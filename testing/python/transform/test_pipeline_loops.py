@@ -143,22 +143,7 @@ def _body_order(func):
 
 
 def test_user_order_places_each_statement():
-    @T.prim_func
-    def main(
-        A: T.Tensor((128, 256), "float16"), B: T.Tensor((256, 128), "float16"), C: T.Tensor((128, 128), "float32")
-    ):
-        with T.Kernel(1, threads=128):
-            A_s = T.alloc_shared((128, 32), "float16")
-            B_s = T.alloc_shared((32, 128), "float16")
-            C_f = T.alloc_fragment((128, 128), "float32")
-            T.clear(C_f)
-            for k in T.Pipelined(8, num_stages=3, order=[1, 2, 0], stage=[0, 0, 2]):
-                T.copy(A[0, k * 32], A_s)
-                T.copy(B[k * 32, 0], B_s)
-                T.gemm(A_s, B_s, C_f)
-            T.copy(C_f, C)
-
-    after = pipeline_loops(main)
+    after = pipeline_loops(_staged_loop(order=[1, 2, 0], stage=[0, 0, 2], stages=3))
     assert _body_order(after) == ["gemm", "A_s", "B_s"]
     assert _body_order(pipeline_loops(_gemm_loop(3))) == ["A_s", "B_s", "gemm"]
     # One commit per iteration, after the last producer.
@@ -179,8 +164,8 @@ def test_user_order_entries_must_be_distinct():
         pipeline_loops(main)
 
 
-def _staged_loop(order, stage, group):
-    """Two copies and a gemm, scheduled by `order`, `stage` and `group`."""
+def _staged_loop(order, stage, group=None, stages=2):
+    """Two copies and a gemm over `stages` stages, scheduled by `order`, `stage` and `group`."""
 
     @T.prim_func
     def main(
@@ -191,7 +176,7 @@ def _staged_loop(order, stage, group):
             B_s = T.alloc_shared((32, 128), "float16")
             C_f = T.alloc_fragment((128, 128), "float32")
             T.clear(C_f)
-            for k in T.Pipelined(8, num_stages=2, order=order, stage=stage, group=group):
+            for k in T.Pipelined(8, num_stages=stages, order=order, stage=stage, group=group):
                 T.copy(A[0, k * 32], A_s)
                 T.copy(B[k * 32, 0], B_s)
                 T.gemm(A_s, B_s, C_f)
