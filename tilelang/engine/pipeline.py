@@ -22,12 +22,14 @@ from tilelang.transform.check_shared_memory import SharedMemoryOverLimit, check_
 from tilelang.transform.common import collect
 from tilelang.transform.consumer_barriers import consumer_barriers
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
+from tilelang.transform.fold_accumulator_clear import fold_accumulator_clear
 from tilelang.transform.infer_layout import infer_layout
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
 from tilelang.transform.lower_tile_ops import lower_tile_ops
 from tilelang.transform.lower_tma_copies import lower_tma_copies
 from tilelang.transform.pipeline_loops import pipeline_loops
 from tilelang.transform.rasterize_blocks import rasterize_blocks
+from tilelang.transform.specialize_uniform_masks import specialize_uniform_masks
 from tilelang.transform.warp_specialize import CONSUMER_BRANCH, warp_specialize
 
 logger = logging.getLogger("tilelang")
@@ -45,6 +47,11 @@ def _tile_passes():
         # Pipelining works on tile ops (copy regions are explicit); it multi-buffers shared tiles
         # before any pass looks at their shapes.
         ("pipeline_loops", pipeline_loops),
+        # Masks that are uniform over a tile (attention blocks off the diagonal) become plain fills,
+        # then zeroing right before a gemm becomes the gemm's clear flag. After pipelining, so the
+        # user's statement numbering (T.Pipelined order/stage/group) is intact for the planner.
+        ("specialize_uniform_masks", specialize_uniform_masks),
+        ("fold_accumulator_clear", fold_accumulator_clear),
         # copy/fill become T.Parallel loops, so layout inference sees one kind of element-wise work.
         ("expand_elementwise_ops", expand_elementwise_ops),
         # Global accesses past the tensor's edge get guards while indices are still logical,

@@ -95,7 +95,7 @@ def gemm(
         tirx.const(int(bool(transpose_A)), "int32"),
         tirx.const(int(bool(transpose_B)), "int32"),
         tirx.const(int(policy), "int32"),
-        tirx.const(int(bool(clear_accum)), "int32"),
+        tirx.const(int(bool(clear_accum)), "int32") if isinstance(clear_accum, (bool, int)) else clear_accum,
         tirx.const(int(wg_wait), "int32"),
     ]
     return base.make_call(NAME, args)
@@ -125,7 +125,9 @@ class Gemm:
         self.a, self.b, self.c = (base.Region.from_ir(call.args[k]) for k in range(3))
         self.trans_a, self.trans_b = bool(int(call.args[3].value)), bool(int(call.args[4].value))
         self.policy = GemmWarpPolicy(int(call.args[5].value))
-        self.clear = bool(int(call.args[6].value))
+        # True/False, or a run-time condition (`fold_accumulator_clear`): start from zero when it holds.
+        clear = call.args[6]
+        self.clear = bool(int(clear.value)) if isinstance(clear, tirx.IntImm) else clear
         # wgmma only: how many of this thread's wgmma groups may still run when the call returns
         # (0: all done; -1: no wait, T.wait_wgmma later). mma.sync gemms always complete.
         self.wg_wait = int(call.args[7].value) if len(call.args) > 7 else 0
@@ -305,9 +307,11 @@ def pointer(region, ctx, rw: int):
 def lower(call, ctx, span=None) -> tirx.Stmt:
     g = Gemm(call)  # its instruction and shapes were checked by `layouts` at layout inference
     args = [pointer(g.a, ctx, 1), pointer(g.b, ctx, 1), pointer(g.c, ctx, 3)]
+    clear = [] if isinstance(g.clear, bool) else [g.clear]  # a run-time clear is the calls' last argument
     p = gemm_wgmma.plan(g, ctx.target, ctx.num_threads)
     if p is not None:
-        return tirx.Evaluate(tirx.call_extern("void", gemm_wgmma.call_name(g, p), *args, ctx.warpgroup_index()))
+        name = gemm_wgmma.call_name(g, p)
+        return tirx.Evaluate(tirx.call_extern("void", name, *args, ctx.warpgroup_index(), *clear))
     wm, wn = warp_partition(g.M, g.N, ctx.num_threads // 32, g.policy, span)
     lda, ldb = int(g.a.buffer.shape[-1]), int(g.b.buffer.shape[-1])
 
@@ -316,6 +320,6 @@ def lower(call, ctx, span=None) -> tirx.Stmt:
 
     name = (
         f"tl::gemm_{g.kind}<{g.M}, {g.N}, {g.K}, {wm}, {wn}, {flag(g.trans_a)}, {flag(g.trans_b)}, "
-        f"{flag(g.clear)}, {lda}, {ldb}, {swizzle_bits(g.a)}, {swizzle_bits(g.b)}>"
+        f"{flag(g.clear is True)}, {lda}, {ldb}, {swizzle_bits(g.a)}, {swizzle_bits(g.b)}>"
     )
-    return tirx.Evaluate(tirx.call_extern("void", name, *args))
+    return tirx.Evaluate(tirx.call_extern("void", name, *args, *clear))

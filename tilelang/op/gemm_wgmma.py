@@ -196,7 +196,8 @@ def call_name(g, p: Plan) -> str:
 
     return (
         f"tl::wgmma_{g.kind}<{g.M}, {g.N}, {g.K}, {p.wg_m}, {p.wg_n}, {flag(g.trans_a)}, {flag(g.trans_b)}, "
-        f"{flag(g.clear)}, {dims(g.a, p.swz_a)}, {dims(g.b, p.swz_b)}, {g.wg_wait}, {flag(not g.async_operands)}>"
+        f"{flag(g.clear is True)}, {dims(g.a, p.swz_a)}, {dims(g.b, p.swz_b)}, {g.wg_wait}, "
+        f"{flag(not g.async_operands)}>"
     )
 
 

@@ -209,9 +209,9 @@ TL_DEVICE void accumulate(TC* C, const uint32_t (&a)[S::MI][4], const uint32_t (
     for (int ni = 0; ni < S::NI; ++ni) S::Mma::fma(C + (mi * S::NI + ni) * 4, a[mi], b[ni]);
 }
 
-template <class S, bool Clear, typename TC>
-TL_DEVICE void clear(TC* C) {
-  if (Clear) {
+template <class S, typename TC>
+TL_DEVICE void clear(TC* C, bool clear) {
+  if (clear) {
 #pragma unroll
     for (int i = 0; i < S::MI * S::NI * 4; ++i) C[i] = TC(0);
   }
@@ -221,13 +221,14 @@ TL_DEVICE void clear(TC* C) {
 
 // A and B in shared memory (row-major; LdA/LdB are their row lengths; SwzA/SwzB the bits of their
 // 16-byte-chunk swizzle, 0 for none), C in registers.
+// `clear` (default Clear): zero C first; a run-time flag when the generated code decides per call.
 template <int M, int N, int K, int WarpM, int WarpN, bool TransA, bool TransB, bool Clear, int LdA, int LdB,
           int SwzA, int SwzB, typename TA, typename TB, typename TC>
-TL_DEVICE void gemm_ss(const TA* A, const TB* B, TC* C) {
+TL_DEVICE void gemm_ss(const TA* A, const TB* B, TC* C, bool clear = Clear) {
   using S = mma_detail::Shape<M, N, K, WarpM, WarpN, TA, TB, TC>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int row0 = (warp % WarpM) * S::WM, col0 = (warp / WarpM) * S::WN;
-  mma_detail::clear<S, Clear>(C);
+  mma_detail::clear<S>(C, clear);
   // Operands double-buffered in registers: step kt + 1 is read from shared memory while the
   // tensor cores work on step kt.
   uint32_t a[2][S::MI][4], b[2][S::NI][2];
@@ -246,12 +247,12 @@ TL_DEVICE void gemm_ss(const TA* A, const TB* B, TC* C) {
 // A in registers (the A-fragment layout of tilelang/op/gemm.py), B in shared memory.
 template <int M, int N, int K, int WarpM, int WarpN, bool TransA, bool TransB, bool Clear, int LdA, int LdB,
           int SwzA, int SwzB, typename TA, typename TB, typename TC>
-TL_DEVICE void gemm_rs(const TA* A, const TB* B, TC* C) {
+TL_DEVICE void gemm_rs(const TA* A, const TB* B, TC* C, bool clear = Clear) {
   using S = mma_detail::Shape<M, N, K, WarpM, WarpN, TA, TB, TC>;
   static_assert(!TransA, "an A operand in registers is not transposed");
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int col0 = (warp / WarpM) * S::WN;
-  mma_detail::clear<S, Clear>(C);
+  mma_detail::clear<S>(C, clear);
 #pragma unroll
   for (int kt = 0; kt < S::KT; ++kt) {
     uint32_t a[S::MI][4], b[S::NI][2];
@@ -268,12 +269,12 @@ TL_DEVICE void gemm_rs(const TA* A, const TB* B, TC* C) {
 // A in shared memory, B in registers (the B-fragment layout of tilelang/op/gemm.py).
 template <int M, int N, int K, int WarpM, int WarpN, bool TransA, bool TransB, bool Clear, int LdA, int LdB,
           int SwzA, int SwzB, typename TA, typename TB, typename TC>
-TL_DEVICE void gemm_sr(const TA* A, const TB* B, TC* C) {
+TL_DEVICE void gemm_sr(const TA* A, const TB* B, TC* C, bool clear = Clear) {
   using S = mma_detail::Shape<M, N, K, WarpM, WarpN, TA, TB, TC>;
   static_assert(!TransB, "a B operand in registers is not transposed");
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int row0 = (warp % WarpM) * S::WM;
-  mma_detail::clear<S, Clear>(C);
+  mma_detail::clear<S>(C, clear);
 #pragma unroll
   for (int kt = 0; kt < S::KT; ++kt) {
     uint32_t a[S::MI][4], b[S::NI][2];

@@ -212,9 +212,11 @@ struct Shape {
 TL_DEVICE int warpgroup_index() { return __shfl_sync(0xffffffff, int(threadIdx.x) / 128, 0); }
 
 // A and B in shared memory, laid out as gmma_panels (RowsX x LdX tiles, SwzX the swizzle bits).
+// `clear` (default Clear): start from zero instead of C's values; a run-time flag when the
+// generated code decides per call (a score tile that is masked on some blocks only).
 template <int M, int N, int K, int WgM, int WgN, bool TransA, bool TransB, bool Clear, int RowsA, int LdA, int SwzA,
           int RowsB, int LdB, int SwzB, int Wait = 0, bool Fence = true, typename TA, typename TB, typename TC>
-TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C, int wg) {
+TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C, int wg, bool clear = Clear) {
   using namespace wgmma_detail;
   constexpr int KS = k_step<TA>();
   using S = Shape<M, N, K, WgM, WgN, TC, KS>;
@@ -236,7 +238,7 @@ TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C, int wg) {
     for (int mi = 0; mi < S::MI; ++mi) {
       const uint64_t da = step_a ? advance<TransA, RowsA, SwzA, TA>(da0, mi * 64, kt * KS)
                                  : descriptor<TransA, RowsA, LdA, SwzA>(A, m0 + mi * 64, kt * KS);
-      const ScaleOut scale = (Clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;
+      const ScaleOut scale = (clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;
       fma_ss<Atom>(da, db, C + mi * S::Regs * (sizeof(TC) == 2 ? 2 : 1), scale,
                    std::make_index_sequence<S::Regs>{});
     }
@@ -251,7 +253,7 @@ TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C, int wg) {
 // A's array unchanged, and fences it, until the group is waited for (tl.wgmma_wait does both).
 template <int M, int N, int K, int WgM, int WgN, bool TransA, bool TransB, bool Clear, int RowsA, int LdA, int SwzA,
           int RowsB, int LdB, int SwzB, int Wait = 0, bool Fence = true, typename TA, typename TB, typename TC>
-TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C, int wg) {
+TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C, int wg, bool clear = Clear) {
   using namespace wgmma_detail;
   using S = Shape<M, N, K, WgM, WgN, TC>;
   static_assert(!TransA, "an A operand in registers is not transposed");
@@ -273,7 +275,7 @@ TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C, int wg) {
                                : descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, kt * 16);
 #pragma unroll
     for (int mi = 0; mi < S::MI; ++mi) {
-      const ScaleOut scale = (Clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;
+      const ScaleOut scale = (clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;
       fma_rs<Atom>(a[mi * S::KT + kt], db, C + mi * S::Regs * (sizeof(TC) == 2 ? 2 : 1), scale,
                    std::make_index_sequence<S::Regs>{});
     }

@@ -44,7 +44,9 @@ def test_flash_attention_schedule_runs_pv_beside_the_softmax():
     # The prologue (Q·Kᵀ and softmax of block 0) frees K of block 0; the epilogue runs P·V of the last.
     prologue = src[: src.index("for (int i = 1; i < 4; ++i)")]
     assert "tl::mbarrier_arrive_warp((&(K_shared_empty_ptr[0])));" in prologue
-    assert "tl::wgmma_ss<128, 128, 128, 2, 1, false, true, false, 128, 128, 3, 128, 128, 3, -1, false>" in prologue
+    # T.clear(acc_s) before Q·Kᵀ is the gemm's clear flag (fold_accumulator_clear), there and in the loop.
+    assert "tl::wgmma_ss<128, 128, 128, 2, 1, false, true, true, 128, 128, 3, 128, 128, 3, -1, false>" in prologue
+    assert "tl::wgmma_ss<128, 128, 128, 2, 1, false, true, true, 128, 128, 3, 128, 128, 3, -1, false>" in loop
     assert "tl::mbarrier_wait((&(V_shared_full_ptr[1])), 1);" in src  # block 3's V, before the last P·V
     # The producer waits for each tile's own stage to be freed.
     assert "tl::mbarrier_wait((&(K_shared_empty_ptr[(i_load & 1)]))" in src
