@@ -81,10 +81,30 @@ def device_source(lowered) -> str:
     # Swizzled tiles (wgmma descriptors, TMA boxes) sit at 1024-byte offsets of the shared block,
     # and the hardware swizzles absolute address bits: the block itself starts on 1024 bytes.
     code = re.sub(r"extern __shared__ __align__\(\d+\) ", "extern __shared__ __align__(1024) ", code)
-    return _with_headers(code)
+    return _with_headers(_with_cluster_dims(code))
 
 
-_KERNEL_DEF = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(([^)]*)\)\s*\{')
+_CLUSTER_MARK = re.compile(r"tl::cluster_dims<(\d+), (\d+), (\d+)>\(\)")
+
+
+def _with_cluster_dims(code: str) -> str:
+    """`__cluster_dims__(x, y, z)` on each kernel whose body calls `tl::cluster_dims<x, y, z>()`
+    (the pipeline planner's mark of a kernel run in clusters of blocks)."""
+    starts = [m.start() for m in _KERNEL_DEF.finditer(code)] + [len(code)]
+    out, last = [], 0
+    for a, b in zip(starts, starts[1:]):
+        mark = _CLUSTER_MARK.search(code, a, b)
+        if mark:
+            out.append(code[last:a])
+            head = 'extern "C" __global__ void '
+            out.append(code[a : a + len(head)] + f"__cluster_dims__({', '.join(mark.groups())}) ")
+            last = a + len(head)
+    return "".join(out) + code[last:]
+
+
+_KERNEL_DEF = re.compile(
+    r'extern "C" __global__ void (?:__cluster_dims__\([^)]*\) )?(?:__launch_bounds__\([^)]*\) )?(\w+)\(([^)]*)\)\s*\{'
+)
 
 
 def kernel_signatures(device_src: str) -> dict[str, list[str]]:

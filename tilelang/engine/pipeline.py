@@ -39,14 +39,15 @@ _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the 
 def _tile_passes():
     """Our passes, on PrimFuncs that still have tile ops, parallel loops and fragments."""
     return [
-        # Block-index remapping first: every later pass sees the final bx/by expressions.
-        ("rasterize_blocks", rasterize_blocks),
         # On sm_90a, copies to shared memory that run once per kernel become TMA loads; the
         # pipeline planner then knows which tiles only TMA writes (no proxy fence before wgmma).
         ("lower_tma_copies", lower_tma_copies),
         # Pipelining works on tile ops (copy regions are explicit); it multi-buffers shared tiles
         # before any pass looks at their shapes.
         ("pipeline_loops", pipeline_loops),
+        # Block-index remapping after the pipeline planner, which pairs blocks into 2-block clusters
+        # from the plain indices (blocks one index apart); the remap then keeps each pair together.
+        ("rasterize_blocks", rasterize_blocks),
         # Masks that are uniform over a tile (attention blocks off the diagonal) become plain fills,
         # then zeroing right before a gemm becomes the gemm's clear flag. After pipelining, so the
         # user's statement numbering (T.Pipelined order/stage/group) is intact for the planner.

@@ -12,7 +12,9 @@ the bank swizzle of 128-byte rows) is one box per panel, each box `panel` elemen
 hardware swizzle of the same width: the TMA unit writes exactly the panel's permutation.
 
 Lowering: `tl::mbarrier_arrive_expect_tx(barrier, tile bytes)` and one `tl::tma_load(map, barrier,
-&dst[panel start], coordinates...)` per box; the tensor maps go to `LowerContext.tensor_maps`.
+&dst[panel start], coordinates...)` per box; the tensor maps go to `LowerContext.tensor_maps`. A
+multicast copy (both blocks of a 2-block cluster copy the same tile) issues this block's half of the
+boxes as `tl::tma_load_multicast(..., mask 0b11, ...)`: the box lands in both blocks' shared memory.
 """
 
 from __future__ import annotations
@@ -36,8 +38,17 @@ _MAX_BOX = 256
 _TENSOR_MAP_TYPE = ir.PointerType(tirx.TensorMapType(), "global")  # what T.handle("tensormap") declares
 
 
-def make(src: base.Region, dst: base.Region, barrier) -> tirx.Stmt:
-    return tirx.Evaluate(base.make_call(NAME, [src.to_ir(), dst.to_ir(), barrier]))
+def make(src: base.Region, dst: base.Region, barrier, multicast: bool = False) -> tirx.Stmt:
+    """The copy; with `multicast`, in a 2-block cluster whose blocks copy the same tile: each
+    block loads half of its boxes into both blocks' shared memory (`can_multicast`)."""
+    args = [src.to_ir(), dst.to_ir(), barrier] + ([tirx.const(1, "int32")] if multicast else [])
+    return tirx.Evaluate(base.make_call(NAME, args))
+
+
+def can_multicast(tile: Tile, layout) -> bool:
+    """Whether the tile splits into two halves of whole boxes (one per block of a cluster)."""
+    plan = box_plan(tile, layout)
+    return plan is not None and (tile.cols // plan[1]) % 2 == 0
 
 
 @dataclass
@@ -206,10 +217,22 @@ def lower(call, ctx, span=None) -> tirx.Stmt:
     coords = [src.starts[d] for d in reversed(range(ndim))]
     # The shared tile's own dims: a leading stage index (multi-buffered) and the tile's start.
     d_start = list(dst.starts)
+    # Each block receives the whole tile, multicast or not: its barrier expects all the bytes.
     stmts = [extern("tl::mbarrier_arrive_expect_tx", barrier, tirx.const(tile.tile_bytes, "uint32"))]
-    for p in range(tile.cols // width):
-        index = d_start[:-1] + [d_start[-1] + p * width if p else d_start[-1]]
+    boxes = tile.cols // width
+    multicast = len(call.args) > 3 and const_int(call.args[3]) == 1
+    if multicast:  # this block's half of the boxes, into both blocks of the cluster
+        first = tirx.call_extern("int32", "tl::cluster_rank") * tirx.const(boxes // 2, "int32")
+        panels = [first + q if q else first for q in range(boxes // 2)]
+    else:
+        panels = list(range(boxes))
+    for p in panels:
+        nonzero = not (isinstance(p, int) and p == 0)
+        index = d_start[:-1] + [d_start[-1] + p * width if nonzero else d_start[-1]]
         smem = tirx.address_of(tirx.BufferLoad(dst.buffer, index))
-        c = [coords[0] + p * width if p else coords[0]] + coords[1:]
-        stmts.append(extern("tl::tma_load", tmap, barrier, smem, *c))
+        c = [coords[0] + p * width if nonzero else coords[0]] + coords[1:]
+        if multicast:
+            stmts.append(extern("tl::tma_load_multicast", tmap, barrier, smem, tirx.const(3, "uint16"), *c))
+        else:
+            stmts.append(extern("tl::tma_load", tmap, barrier, smem, *c))
     return seq(stmts)

@@ -78,7 +78,8 @@ def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel, c
 
     def free(e, iteration, guard=None):
         """Arrive on `e`'s barrier of `iteration` (one arrival per consumer warp)."""
-        arrive = extern("tl::mbarrier_arrive_warp", barrier(e.barrier, tirx.floormod(counted(iteration), S)))
+        name = "tl::mbarrier_arrive_warp" if kernel.cluster is None else "tl::mbarrier_arrive_cluster_warp"
+        arrive = extern(name, barrier(e.barrier, tirx.floormod(counted(iteration), S)))
         return [tirx.IfThenElse(guard, arrive, None) if guard is not None else arrive]
 
     def steady(flight):

@@ -285,8 +285,16 @@ def pipeline_loops(func: tirx.PrimFunc) -> tirx.PrimFunc:
     target = func.attrs.get("target") if func.attrs is not None else None
     specialized = {}  # thread var -> loops warp-specialized in that kernel
     tma_tiles = _tma_only_tiles(func.body)
+    binds = {b.var: b.value for b in collect(func.body, tirx.Bind)}
 
     depth = [0]  # loops around the one being visited
+    guards = [0]  # conditions around it
+
+    def on_if(node, recurse):
+        guards[0] += 1
+        out = recurse(node)
+        guards[0] -= 1
+        return out
 
     def on_for(loop, recurse):
         stages = loop.annotations.get("num_stages") if loop.annotations else None
@@ -305,11 +313,14 @@ def pipeline_loops(func: tirx.PrimFunc) -> tirx.PrimFunc:
             specialized=specialized.setdefault(tx, []),
             tma_tiles=tma_tiles,
             nested=depth[0] > 0,
+            guarded=guards[0] > 0,
+            blocks={tag: v for tag, v in scope.threads.items() if tag.startswith("blockIdx")},
+            binds=binds,
         )
         out = _pipeline(loop, int(stages), new_tiles, kernel)
         return out if out is not None else loop
 
-    body = mutate_with_scope(func.body, scope, {tirx.For: on_for})
+    body = mutate_with_scope(func.body, scope, {tirx.For: on_for, tirx.IfThenElse: on_if})
     if new_tiles:
         body = tvm_ffi.structural_map(
             body, [(tirx.AllocBuffer, lambda a: tirx.AllocBuffer(new_tiles[a.buffer]) if a.buffer in new_tiles else a)]

@@ -32,6 +32,13 @@ iteration runs + i of the stages and barriers, so the producer may run ahead int
 next tile's loads beside this tile's epilogue). Every run frees all the stages it used. Without
 warp specialization such a loop keeps cp.async (thread 0's loads ahead would need the same count).
 
+With `tl.enable_tma_multicast`, when blocks paired along a grid dimension copy the same tile in
+every iteration (a GEMM's B tile for blocks of one column), the pair runs as a 2-block cluster
+(`cluster_plan`): each block's producer loads half of that tile's boxes into both blocks (TMA
+multicast), every empty barrier counts the consumer warps of both blocks (they arrive on their own
+and the peer's), and the blocks synchronize after initializing the barriers and before exiting
+(`warp_specialize`).
+
 The two loops are left in a `tl.ws` region (prelude: barrier allocation and initialization;
 producer; consumer). `warp_specialize` later adds the warpgroup, splits the threads, and sets the
 register budgets. Without warp specialization, thread 0 issues the loads S - 1 iterations ahead
@@ -51,6 +58,7 @@ from tilelang.op import base, tma
 from tilelang.transform import consumer_loop
 from tilelang.transform.common import walk
 from tilelang.transform.consumer_loop import Empty, barrier, gemm_flags
+from tilelang.transform.pipeline_tma_checks import cluster_plan
 from tilelang.utils.ir import extern, is_zero, seq
 
 if TYPE_CHECKING:
@@ -129,6 +137,11 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
         for c in depths
     ]
 
+    # 2-block clusters: tiles both blocks of a pair copy are loaded half by each, multicast.
+    cluster = cluster_plan(loop, producers, kernel) if specialize else None
+    kernel.cluster = cluster[0] if cluster else None
+    multicast = [producers[j] for j in cluster[1]] if cluster else []
+
     def load(p, i, g=None):
         """Tile copy `p` of iteration i (0-based; g as the barriers count it) into stage g % S,
         completing on its full barrier."""
@@ -137,7 +150,8 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
         call = versioned(stmt, tirx.floormod(g, S)).value
         src, dst = base.Region.from_ir(call.args[0]), base.Region.from_ir(call.args[1])
         t = base.Region.from_ir(p.value.args[1]).buffer
-        return tma.make(src, dst, barrier(full[t], tirx.floormod(g, S)))
+        shared = any(p.same_as(m) for m in multicast)
+        return tma.make(src, dst, barrier(full[t], tirx.floormod(g, S)), multicast=shared)
 
     i = tirx.Var("i", "int32")
 
@@ -161,10 +175,15 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
 
     init = [extern("tl::mbarrier_init", barrier(full[t], s), 1) for t in tiles for s in range(stages)]
     if specialize:
-        warps = kernel.threads // 32
+        # In a cluster, a stage is free once the consumer warps of both blocks are done with it
+        # (either block's producer may fill it in both).
+        warps = kernel.threads // 32 * (2 if cluster else 1)
         init += [extern("tl::mbarrier_init", barrier(e.barrier, s), warps) for e in empties for s in range(stages)]
     init.append(extern("tl::fence_barrier_init"))
     prelude = [tirx.IfThenElse(tx == 0, seq(init), None), extern("__syncthreads")]
+    if cluster:
+        dims = ", ".join("2" if d == cluster[0] else "1" for d in range(3))
+        prelude = [extern(f"tl::cluster_dims<{dims}>"), prelude[0], extern("tl::cluster_sync")]
     allocs = [tirx.AllocBuffer(full[t]) for t in tiles]
     allocs += [tirx.AllocBuffer(e.barrier) for e in empties] if specialize else []
     allocs += [tirx.AllocBuffer(c) for c in counters.values()]

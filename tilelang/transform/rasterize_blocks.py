@@ -7,19 +7,23 @@ running at the same time share a few row tiles and a few column tiles (column or
 Before:  tl_use_swizzle(4, 0); ... A[by * 128, ...] ... B[..., bx * 128] ...
 After:   bx_r = ...; by_r = ...;  ... A[by_r * 128, ...] ... B[..., bx_r * 128] ...
 
-Requires: kernels with blockIdx.x and blockIdx.y. Guarantees: no `tl.use_swizzle` call remains; the
+In a kernel of 2-block clusters (`pipeline_tma`: blocks paired along x or y share a tile), the
+remap moves pairs as units, so a cluster's blocks still share that tile.
+
+Requires: kernels with blockIdx.x and blockIdx.y; pipelining done (it decides the clusters).
+Guarantees: no `tl.use_swizzle` call remains; the
 remapping is a permutation of the grid (every block index is used once).
 """
 
 from __future__ import annotations
 
 import tvm_ffi
-from tvm import tirx
+from tvm import ir, tirx
 
 from tilelang.language.diagnostics import at_span
 from tilelang.layout.fragment import substitute
 from tilelang.op import base
-from tilelang.transform.common import Scope, mutate_with_scope
+from tilelang.transform.common import Scope, collect, mutate_with_scope
 
 NAME = "use_swizzle"
 
@@ -31,6 +35,43 @@ def _remap(bx, by, gx, gy, panel):
     index, offset = tirx.floordiv(linear, per_panel), tirx.floormod(linear, per_panel)
     rows = tirx.min(tirx.const(panel, "int32"), gy - index * panel)
     return tirx.floordiv(offset, rows), index * panel + tirx.floormod(offset, rows)
+
+
+def _remap_grid(bx, by, gx, gy, panel, order, cluster):
+    """(new bx, new by). With 2-block clusters along `cluster` (0: x, 1: y), the pairs move as
+    units: the remap runs on the grid of pairs and each block keeps its place in its pair, so the
+    two blocks of a cluster still share their other index (the tile they multicast)."""
+    if cluster == 0:
+        two = tirx.const(2, _dtype(bx))
+        rank, bx, gx = tirx.floormod(bx, two), tirx.floordiv(bx, two), tirx.floordiv(gx, two)
+    elif cluster == 1:
+        two = tirx.const(2, _dtype(by))
+        rank, by, gy = tirx.floormod(by, two), tirx.floordiv(by, two), tirx.floordiv(gy, two)
+    if cluster == (1 if order == 0 else 0):  # the panel runs across pairs: as many blocks as asked
+        panel = max(1, panel // 2)
+    if order == 0:
+        nbx, nby = _remap(bx, by, gx, gy, panel)
+    else:
+        nby, nbx = _remap(by, bx, gy, gx, panel)
+    if cluster == 0:
+        nbx = nbx * two + rank
+    elif cluster == 1:
+        nby = nby * two + rank
+    return nbx, nby
+
+
+def _cluster_dim(stmts):
+    """The grid dimension of the kernel's 2-block clusters (`pipeline_tma`'s tl::cluster_dims
+    marker), or None."""
+    for stmt in stmts:
+        for ev in collect(stmt, tirx.Evaluate):
+            call = ev.value
+            if isinstance(call, ir.Call) and getattr(call.op, "name", "") == "tirx.call_extern":
+                name = str(call.args[0].value)
+                if name.startswith("tl::cluster_dims<"):
+                    dims = [int(x) for x in name[len("tl::cluster_dims<") : -1].split(",")]
+                    return dims.index(2)
+    return None
 
 
 def _dtype(expr) -> str:
@@ -52,10 +93,7 @@ def rasterize_blocks(func: tirx.PrimFunc) -> tirx.PrimFunc:
                     raise at_span("T.use_swizzle needs a kernel with a 2-D grid of blocks", stmt.span)
                 panel, order = int(stmt.value.args[0].value), int(stmt.value.args[1].value)
                 (bx, gx), (by, gy) = scope.threads["blockIdx.x"], scope.threads["blockIdx.y"]
-                if order == 0:
-                    nbx, nby = _remap(bx, by, gx, gy, panel)
-                else:
-                    nby, nbx = _remap(by, bx, gy, gx, panel)
+                nbx, nby = _remap_grid(bx, by, gx, gy, panel, order, _cluster_dim(stmts[k + 1 :]))
                 # A dynamic int64 grid (T.ceildiv(m, 128) with an int64 m) makes the remap int64;
                 # each new index keeps its block index's dtype.
                 vx, vy = tirx.Var(f"{bx.name}_r", _dtype(bx)), tirx.Var(f"{by.name}_r", _dtype(by))

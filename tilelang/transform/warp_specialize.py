@@ -37,6 +37,13 @@ CONSUMER_BRANCH = "tl.ws_consumer_branch"
 PRODUCER_BRANCH = "tl.ws_producer_branch"
 
 
+def _extern_name(stmt) -> str:
+    call = stmt.value
+    if isinstance(call, ir.Call) and isinstance(call.op, ir.Op) and call.op.name == "tirx.call_extern":
+        return str(call.args[0].value)
+    return ""
+
+
 def _is_attr(stmt, key) -> bool:
     return isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == key
 
@@ -173,7 +180,11 @@ def _specialize_kernel(attr):
     # the consumers use only after the loop may still reuse the stage buffers' bytes.
     # `consumer_barriers` turns the pair into the branch on threadIdx.x.
     producer_side = tirx.AttrStmt(tx, PRODUCER_BRANCH, threads, producer_side)
-    new_body = seq(lead + allocs + [prelude, producer_side, consumer_side])
+    # A block of a cluster exits only with its peer: the peer's consumers still arrive on this
+    # block's barriers until the end.
+    clustered = any(_extern_name(e).startswith("tl::cluster_dims<") for e in collect(prelude, tirx.Evaluate))
+    exit_sync = [extern("tl::cluster_sync")] if clustered else []
+    new_body = seq(lead + allocs + [prelude, producer_side, consumer_side] + exit_sync)
     iv = attr.node
     new_iv = tirx.IterVar(ir.Range.from_min_extent(0, threads + PRODUCER_THREADS), iv.var, iv.iter_type, iv.thread_tag)
     return tirx.AttrStmt(new_iv, attr.attr_key, tirx.const(threads + PRODUCER_THREADS, "int32"), new_body)

@@ -53,6 +53,39 @@ TL_DEVICE void mbarrier_arrive_warp(uint64_t* bar) {
   if ((threadIdx.x & 31) == 0) mbarrier_arrive(bar);
 }
 
+// ---- 2-CTA clusters (a tile both CTAs read is loaded once, half by each, multicast to both) ----
+
+// Marks a kernel launched in clusters of X x Y x Z blocks: the code generator puts
+// `__cluster_dims__(X, Y, Z)` on the kernel that calls it (tilelang/codegen/cuda.py).
+template <int X, int Y, int Z>
+TL_DEVICE void cluster_dims() {}
+
+// This block's rank in its cluster.
+TL_DEVICE int cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return static_cast<int>(rank);
+}
+
+// Every thread of every block of the cluster: after barrier initialization (the peers' barriers
+// exist before anyone signals them) and before exit (no peer still signals this block's barriers).
+TL_DEVICE void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// One arrival per warp on `bar` in this block and on the same barrier in the other block of a
+// 2-block cluster (its consumers free a stage both blocks' loads fill).
+TL_DEVICE void mbarrier_arrive_cluster_warp(uint64_t* bar) {
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) {
+    const uint32_t local = shared_address(bar);
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(cluster_rank() ^ 1));
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(local) : "memory");
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+  }
+}
+
 // Arrive once and announce `bytes` of transactions (the TMA loads of this phase) still to come.
 TL_DEVICE void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes)
@@ -105,6 +138,34 @@ TL_DEVICE void tma_load(const CUtensorMap& map, uint64_t* bar, void* dst, Coords
         "l"(desc), "r"(mbar), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4])
         : "memory");
   }
+}
+
+// tma_load into the same shared address of every block in `mask` (bits: cluster ranks); the bytes
+// complete on the barrier at `bar`'s address in each of them.
+template <typename... Coords>
+TL_DEVICE void tma_load_multicast(const CUtensorMap& map, uint64_t* bar, void* dst, uint16_t mask, Coords... coords) {
+  constexpr int rank = sizeof...(Coords);
+  static_assert(rank >= 1 && rank <= 5, "TMA tensors have 1 to 5 dimensions");
+  const uint64_t desc = reinterpret_cast<uint64_t>(&map);
+  const uint32_t smem = shared_address(dst), mbar = shared_address(bar);
+  const int32_t c[5] = {static_cast<int32_t>(coords)...};
+#define TL_TMA_MULTICAST(DIMS, COORDS, ...)                                                              \
+  asm volatile("cp.async.bulk.tensor." DIMS ".shared::cluster.global.mbarrier::complete_tx::bytes"       \
+               ".multicast::cluster [%0], [%1, {" COORDS "}], [%2], %3;\n" ::"r"(smem),                  \
+               "l"(desc), "r"(mbar), "h"(mask), __VA_ARGS__                                               \
+               : "memory")
+  if constexpr (rank == 1) {
+    TL_TMA_MULTICAST("1d", "%4", "r"(c[0]));
+  } else if constexpr (rank == 2) {
+    TL_TMA_MULTICAST("2d", "%4, %5", "r"(c[0]), "r"(c[1]));
+  } else if constexpr (rank == 3) {
+    TL_TMA_MULTICAST("3d", "%4, %5, %6", "r"(c[0]), "r"(c[1]), "r"(c[2]));
+  } else if constexpr (rank == 4) {
+    TL_TMA_MULTICAST("4d", "%4, %5, %6, %7", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+  } else {
+    TL_TMA_MULTICAST("5d", "%4, %5, %6, %7, %8", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]));
+  }
+#undef TL_TMA_MULTICAST
 }
 
 // ---- warp roles ------------------------------------------------------------------------------------

@@ -23,13 +23,18 @@ SWITCHES = [
     {"tl.disable_warp_specialized": True},
     {"tl.disable_tma_lower": True},
     {"tl.disable_wgmma": True},
+    {"tl.enable_tma_multicast": True},
 ]
 
 
 @pytest.mark.parametrize("configs", SWITCHES)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize(
-    "M,N,K,bm,bn,bk,threads,stages", [(1000, 1000, 1000, 128, 256, 64, 256, 4), (256, 384, 200, 128, 128, 64, 128, 3)]
+    "M,N,K,bm,bn,bk,threads,stages",
+    [
+        (1000, 1000, 1000, 128, 256, 64, 256, 4),
+        (256, 384, 200, 128, 128, 64, 128, 3),
+    ],
 )
 def test_gemm_under_every_switch(configs, dtype, M, N, K, bm, bn, bk, threads, stages):
     func = example_gemm.matmul.factory(M, N, K, bm, bn, bk, dtype, "float", threads, stages)
@@ -41,10 +46,10 @@ def test_gemm_under_every_switch(configs, dtype, M, N, K, bm, bn, bk, threads, s
     assert (c.double() - ref).norm() / ref.norm() < 1e-2
 
 
-@pytest.mark.parametrize("configs", SWITCHES[:2])
+@pytest.mark.parametrize("configs", SWITCHES[:2] + SWITCHES[-1:])
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attention_with_and_without_the_producer_warpgroup(configs, causal):
-    B, H, S, D = 2, 4, 384, 128
+    B, H, S, D = 2, 4, 512, 128  # 4 query blocks: pairs of them share K and V with multicast
     func = example_mha_fwd_bshd.flashattn.factory(B, H, S, D, causal, 128, 64, 2, 256)
     kernel = tilelang.compile(func, out_idx=[3], pass_configs=configs)
     q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.float16) for _ in range(3))
