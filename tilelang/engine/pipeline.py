@@ -30,6 +30,7 @@ from tilelang.transform.lower_tma_copies import lower_tma_copies
 from tilelang.transform.pipeline_loops import pipeline_loops
 from tilelang.transform.rasterize_blocks import rasterize_blocks
 from tilelang.transform.specialize_uniform_masks import specialize_uniform_masks
+from tilelang.transform.stage_fragment_stores import stage_fragment_stores
 from tilelang.transform.warp_specialize import CONSUMER_BRANCH, warp_specialize
 
 logger = logging.getLogger("tilelang")
@@ -53,6 +54,9 @@ def _tile_passes():
         # user's statement numbering (T.Pipelined order/stage/group) is intact for the planner.
         ("specialize_uniform_masks", specialize_uniform_masks),
         ("fold_accumulator_clear", fold_accumulator_clear),
+        # A fragment stored to global memory goes through a shared tile when there is room: after
+        # pipelining (stage buffers count with their stages), while copies are still tile ops.
+        ("stage_fragment_stores", stage_fragment_stores),
         # copy/fill become T.Parallel loops, so layout inference sees one kind of element-wise work.
         ("expand_elementwise_ops", expand_elementwise_ops),
         # Global accesses past the tensor's edge get guards while indices are still logical,

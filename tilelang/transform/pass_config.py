@@ -19,6 +19,7 @@ class PassConfigKey(str, enum.Enum):
     TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"  # keep global->shared copies off TMA (sm_90a)
     TL_DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"  # no producer/consumer split (sm_90a)
     TL_DISABLE_WGMMA = "tl.disable_wgmma"  # T.gemm through mma.sync even on sm_90a
+    TL_DISABLE_FRAGMENT_STORE_STAGING = "tl.disable_fragment_store_staging"  # fragment -> global stores direct
     TL_ENABLE_TMA_MULTICAST = "tl.enable_tma_multicast"  # 2-block clusters sharing tile loads (sm_90a)
 
     def __str__(self) -> str:
