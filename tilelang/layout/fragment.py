@@ -215,9 +215,12 @@ def partition(shape, num_threads: int, vector_size: int = 1) -> Fragment:
     flat = _c(0)
     for v, n in zip(vars_, shape):
         flat = flat * _c(n) + v
-    per_round = num_threads * vector_size
-    thread = tirx.floormod(tirx.floordiv(flat, _c(vector_size)), _c(num_threads))
-    index = tirx.floordiv(flat, _c(per_round)) * _c(vector_size) + tirx.floormod(flat, _c(vector_size))
+    # Thread and register both from the same chunk index: IndexMap's inverse then sees one fused
+    # iterator split in two (`flat // (threads * vector)` beside `chunk % threads` it cannot match
+    # when the row is not a power of two, e.g. 176 columns).
+    chunk = tirx.floordiv(flat, _c(vector_size))
+    thread = tirx.floormod(chunk, _c(num_threads))
+    index = tirx.floordiv(chunk, _c(num_threads)) * _c(vector_size) + tirx.floormod(flat, _c(vector_size))
     ana = sym.Analyzer()
     for v, n in zip(vars_, shape):
         ana.bind(v, ir.Range(0, n))

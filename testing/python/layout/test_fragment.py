@@ -32,6 +32,21 @@ def test_partition_is_a_bijection(shape, threads, vec):
     assert len(seen) == size
 
 
+def test_partition_of_rows_that_are_not_a_power_of_two_inverts():
+    # 128 x 176 (flash attention's block_N 176) over 256 threads, 8 per vector: 2816 vectors, 11 rounds.
+    frag = fl.partition((128, 176), 256, 8)
+    apply = frag.inverse()
+    t, r = tirx.Var("t", "int32"), tirx.Var("r", "int32")
+    (i, j), _ = apply(t, r)
+    for thread, reg in ((0, 0), (255, 87), (17, 42)):
+        env = {t: thread, r: reg}
+        row, col = _eval(i, env), _eval(j, env)
+        assert (
+            _eval(frag.base, {frag.vars[0]: row, frag.vars[1]: col}),
+            _eval(frag.index, {frag.vars[0]: row, frag.vars[1]: col}),
+        ) == (thread, reg)
+
+
 def test_partition_vectors_are_contiguous_per_thread():
     frag = fl.partition((4, 32), 8, 4)
     env = {frag.vars[0]: 1, frag.vars[1]: 4}
