@@ -50,7 +50,7 @@ def _tile_bytes(buffer) -> int:
 
 def _candidate(call):
     """(fragment region, global region, rows, cols) of a copy of a whole 2-d fragment to global
-    memory whose rows are at least 128 bytes, or None."""
+    memory whose rows are whole 128-byte lines, or None."""
     if not base.is_tile_op(call, copy_op.NAME):
         return None
     src, dst = base.Region.from_ir(call.args[0]), base.Region.from_ir(call.args[1])
@@ -60,8 +60,8 @@ def _candidate(call):
     if len(shape) != 2 or None in shape or [const_int(e) for e in src.extents] != shape:
         return None
     rows, cols = shape
-    if cols * dtype_bits(str(dst.buffer.dtype)) // 8 < 128 or rows < 8:
-        return None
+    if cols * dtype_bits(str(dst.buffer.dtype)) % (128 * 8) or rows % 8:
+        return None  # rows of whole 128-byte lines (what the staging swizzle is for), 8 at a time
     return src, dst, rows, cols
 
 
