@@ -130,16 +130,23 @@ class Lowered:
 def lower(func: tirx.PrimFunc, target, config: dict | None = None, name: str = "main") -> Lowered:
     """Run the pipeline on one kernel function for `target` (a tvm Target with host cuda_host)."""
     config = dict(config or {})
-    try:
-        return _lower(func, target, config, name)
-    except SharedMemoryOverLimit as err:
-        # A warp-specialized kernel keeps every tile of its consumer branch live at once (the merge
-        # cannot reuse bytes across the producer/consumer split); without it the tiles may fit.
-        key = str(pass_config.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED)
-        if config.get(key) or not err.warp_specialized:
-            raise
-        logger.debug("kernel '%s': over the shared-memory limit when warp-specialized; compiling without", name)
-        return _lower(func, target, {**config, key: True}, name)
+    # Over the shared-memory limit, first without a staged epilogue tile (an optimization that
+    # counted on the merge reusing dead tiles' bytes), then without warp specialization.
+    staging = str(pass_config.PassConfigKey.TL_DISABLE_FRAGMENT_STORE_STAGING)
+    attempts = [config] + ([{**config, staging: True}] if not config.get(staging) else [])
+    for k, attempt in enumerate(attempts):
+        try:
+            return _lower(func, target, attempt, name)
+        except SharedMemoryOverLimit as err:
+            if k + 1 < len(attempts):
+                continue
+            # A warp-specialized kernel keeps every tile of its consumer branch live at once (the merge
+            # cannot reuse bytes across the producer/consumer split); without it the tiles may fit.
+            key = str(pass_config.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED)
+            if attempt.get(key) or not err.warp_specialized:
+                raise
+            logger.debug("kernel '%s': over the shared-memory limit when warp-specialized; compiling without", name)
+            return _lower(func, target, {**attempt, key: True}, name)
 
 
 def _is_warp_specialized(mod) -> bool:

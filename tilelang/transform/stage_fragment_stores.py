@@ -4,8 +4,8 @@ when the kernel has room for one (sm_90a).
 From registers, each thread writes the few adjacent columns it holds per row (a wgmma accumulator:
 2 elements per 8 columns), so one warp's store covers 8 rows in 16-byte pieces. Through a shared
 tile (swizzled by layout inference, as a tile staged from fragments) the tile leaves in 16-byte
-vectors along whole rows. H200, GEMM 4096^3 fp16 with 128 x 256 tiles, in turn: 651 TFLOP/s with 4
-stages and the direct store, 670 with 3 stages and the staged one (4 stages leave no room for it).
+vectors along whole rows. H200, GEMM 4096^3 fp16 with 128 x 256 tiles, in turn: 651 TFLOP/s with
+4 stages and the direct store, 670 with 3 stages staged.
 
 Before:  T.copy(C_local, C[by * 128, bx * 256])
 After:   T.copy(C_local, C_local_staged)               # a new shared tile of C's dtype
@@ -13,16 +13,18 @@ After:   T.copy(C_local, C_local_staged)               # a new shared tile of C'
 
 Requires: tile ops as parsed or pipelined (before `expand_elementwise_ops`; after `pipeline_loops`,
 so multi-buffered tiles count with their stages). Guarantees: the same values; a copy is staged
-only when the kernel's shared tiles, the new one and a margin for barriers and reduction workspaces
-fit in the target's shared memory, and not under a condition (a persistent kernel's `if tile is
-valid`: the barrier between the two copies cannot go there). `tl.disable_fragment_store_staging`
-turns it off.
+only when the new tile, the tiles still used after the copy (the shared-memory merge reuses the
+bytes of the others, such as a pipelined loop's stages before the epilogue) and a margin for
+barriers and reduction workspaces fit in the target's shared memory, and not under a condition
+(a persistent kernel's `if tile is valid`: the barrier between the two copies cannot go there).
+`tl.disable_fragment_store_staging` turns it off; `lower` retries without it when the merged
+shared memory is over the limit after all.
 """
 
 from __future__ import annotations
 
 import tvm_ffi
-from tvm import tirx
+from tvm import ir, tirx
 
 from tilelang.language.dtypes import bits as dtype_bits
 from tilelang.op import base
@@ -65,6 +67,31 @@ def _candidate(call):
     return src, dst, rows, cols
 
 
+def _liveness(body, tiles):
+    """(last use of each tile, [(statement, position)] of the copies, in_loop(statement)): positions
+    in the order the statements appear (a pre-order walk)."""
+    counter, last_use, position = [0], {}, []
+
+    def on_var(v):
+        counter[0] += 1
+        for b in tiles:
+            if v.same_as(b):
+                last_use[b] = counter[0]
+
+    def on_eval(e):
+        counter[0] += 1
+        if _candidate(e.value) is not None:
+            position.append((e, counter[0]))
+
+    tvm_ffi.structural_walk(body, [(ir.Var, on_var), (tirx.Evaluate, on_eval)], order="pre")
+    loops = collect(body, tirx.For)
+
+    def in_loop(stmt) -> bool:
+        return any(any(e.same_as(stmt) for e in collect(loop.body, tirx.Evaluate)) for loop in loops)
+
+    return last_use, position, in_loop
+
+
 def stage_fragment_stores(func: tirx.PrimFunc) -> tirx.PrimFunc:
     target = func.attrs.get("target") if func.attrs is not None else None
     if target is None or arch_of(target) != "sm_90a":
@@ -77,7 +104,8 @@ def stage_fragment_stores(func: tirx.PrimFunc) -> tirx.PrimFunc:
         if not is_innermost_thread_extent(attr):
             return attr
         tiles = [a.buffer for a in collect(attr.body, tirx.AllocBuffer) if a.buffer.scope().startswith("shared")]
-        used = [sum(_rounded(_tile_bytes(b)) for b in tiles) + _MARGIN]
+        total = sum(_rounded(_tile_bytes(b)) for b in tiles)
+        last_use, position, in_loop = _liveness(attr.body, tiles)
         staged = []
 
         def on_eval(stmt):
@@ -86,10 +114,13 @@ def stage_fragment_stores(func: tirx.PrimFunc) -> tirx.PrimFunc:
                 return stmt
             src, dst, rows, cols = found
             tile = tirx.decl_buffer((rows, cols), str(dst.buffer.dtype), f"{src.name}_staged", scope="shared.dyn")
-            need = _rounded(_tile_bytes(tile))
-            if used[0] + need > limit:
+            at = next((k for e, k in position if e.same_as(stmt)), None)
+            # Tiles no statement after the copy uses (a pipelined loop's stage buffers before the
+            # epilogue) are dead there: the shared-memory merge gives their bytes to the new tile.
+            live = [b for b in tiles if at is None or in_loop(stmt) or last_use.get(b, -1) > at] + staged
+            need = max(total, sum(_rounded(_tile_bytes(b)) for b in live) + _rounded(_tile_bytes(tile)))
+            if need + _MARGIN > limit:
                 return stmt
-            used[0] += need
             staged.append(tile)
             whole = base.Region(
                 tile, [tirx.const(0, "int32")] * 2, [tirx.const(rows, "int32"), tirx.const(cols, "int32")]
