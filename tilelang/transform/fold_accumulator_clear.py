@@ -46,7 +46,8 @@ def _init(stmt):
     buf = _zero_fill(stmt)
     if buf is not None:
         return buf, tirx.const(True, "bool"), None
-    if isinstance(stmt, tirx.IfThenElse):
+    if isinstance(stmt, tirx.IfThenElse) and not collect(stmt.condition, ir.TensorLoad):
+        # (A condition reading memory could change before the gemm evaluates it.)
         buf = _zero_fill(stmt.then_case)
         if buf is not None:
             return buf, stmt.condition, stmt.else_case

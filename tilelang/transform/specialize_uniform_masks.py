@@ -105,6 +105,8 @@ def _masked_fill(loop):
     cond, a, b = node.value.args
     if _uses(a, domain) or _uses(b, domain) or collect(a, ir.TensorLoad) or collect(b, ir.TensorLoad):
         return None
+    if any(ld.source.scope() not in ("global", "local") for ld in collect(cond, ir.TensorLoad)):
+        return None  # the uniform branch's condition runs outside the loop: no fragment or shared reads
     return buf, cond, a, b, domain
 
 

@@ -143,3 +143,20 @@ def test_run_time_flag_reaches_the_gemm_call(target):
     assert call.endswith(", (1 <= ((int)blockIdx.x)));"), call
     assert "-CUDART_INF_F" in src
     cuda.compile_object(src, kernel.target)
+
+
+def test_a_condition_reading_memory_is_left_as_written():
+    @T.prim_func
+    def main(A: T.Tensor(SHAPE, "float16"), F: T.Tensor((4,), "int32"), C: T.Tensor(SHAPE, "float32")):
+        with T.Kernel(4, threads=128) as bx:
+            a = T.alloc_shared(SHAPE, "float16")
+            c = T.alloc_fragment(SHAPE, "float32")
+            T.copy(A, a)
+            if F[bx] > 0:
+                T.clear(c)
+            else:
+                T.fill(c, 1.0)
+            T.gemm(a, a, c)
+            T.copy(c, C)
+
+    assert_ir_equal(fold_accumulator_clear(main), main)

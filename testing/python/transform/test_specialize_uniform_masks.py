@@ -82,7 +82,7 @@ def test_a_sequence_end_inside_the_tile_keeps_the_mask_on_its_block():
 
 @pytest.mark.parametrize(
     "what",
-    ["not linear", "value from a buffer", "part of the fragment"],
+    ["not linear", "value from a buffer", "part of the fragment", "fragment in the condition"],
 )
 def test_left_as_written(what):
     @T.prim_func
@@ -109,7 +109,23 @@ def test_left_as_written(what):
                 s[a, b] = T.if_then_else(a < bx, 1.0, 0.0)
             A[bx, 0] = s[0, 0]
 
-    func = {"not linear": nonlinear, "value from a buffer": loaded, "part of the fragment": partial}[what]
+    @T.prim_func
+    def fragment_in_condition(A: T.Tensor((64, 64), "float32")):
+        with T.Kernel(4, threads=128) as bx:
+            s = T.alloc_fragment((16, 16), "float32")
+            n = T.alloc_fragment((16,), "int32")
+            for a in T.Parallel(16):
+                n[a] = a
+            for a, b in T.Parallel(16, 16):
+                s[a, b] = T.if_then_else(a < n[0] + bx, 1.0, 0.0)
+            A[bx, 0] = s[0, 0]
+
+    func = {
+        "not linear": nonlinear,
+        "value from a buffer": loaded,
+        "part of the fragment": partial,
+        "fragment in the condition": fragment_in_condition,
+    }[what]
     assert_ir_equal(specialize_uniform_masks(func), func)
 
 
