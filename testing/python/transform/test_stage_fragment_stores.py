@@ -21,15 +21,20 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "ex
 from example_gemm import matmul  # noqa: E402
 
 
-def _kernel(rows, cols, target="sm_90a", guarded=False):
+def _kernel(rows, cols, target="sm_90a", guarded=False, gemm=True):
     @T.prim_func
     def main(A: T.Tensor((1024, 1024), "float16"), C: T.Tensor((1024, 1024), "float16")):
         with T.Kernel(4, 4, threads=128) as (bx, by):
             a = T.alloc_shared((rows, 64), "float16")
+            b = T.alloc_shared((64, cols), "float16")
             acc = T.alloc_fragment((rows, cols), "float32")
             T.copy(A[by * rows, 0], a)
-            for i, j in T.Parallel(rows, cols):
-                acc[i, j] = a[i, j % 64]
+            T.copy(A[0, bx * cols], b)
+            if gemm:
+                T.gemm(a, b, acc, clear_accum=True)
+            else:
+                for i, j in T.Parallel(rows, cols):
+                    acc[i, j] = b[i % 64, j]
             if guarded:
                 if bx < 3:
                     T.copy(acc, C[by * rows, bx * cols])
@@ -48,20 +53,23 @@ def test_store_goes_through_a_shared_tile_of_the_output_dtype():
     (tile,) = [a.buffer for a in collect(func.body, tirx.AllocBuffer) if a.buffer.name == "acc_staged"]
     assert tile.scope() == "shared.dyn" and str(tile.dtype) == "float16" and [int(n) for n in tile.shape] == [64, 128]
     copies = _copies(func)
-    # A -> a, acc -> acc_staged, acc_staged -> C
+    # A -> a, A -> b, acc -> acc_staged, acc_staged -> C
     assert [(c.args[0].source.name, c.args[1].source.name) for c in copies][-2:] == [
         ("acc", "acc_staged"),
         ("acc_staged", "C"),
     ]
 
 
-@pytest.mark.parametrize("case", ["narrow rows", "other target", "switched off", "under a condition"])
+@pytest.mark.parametrize(
+    "case", ["narrow rows", "other target", "switched off", "under a condition", "not a gemm accumulator"]
+)
 def test_left_direct(case):
     func = {
         "narrow rows": _kernel(64, 32),
         "other target": _kernel(64, 128, "sm_80"),
         "switched off": _kernel(64, 128),
         "under a condition": _kernel(64, 128, guarded=True),
+        "not a gemm accumulator": _kernel(64, 128, gemm=False),
     }[case]
     configs = {"tl.disable_fragment_store_staging": True} if case == "switched off" else {}
     with pass_config.active(configs):
