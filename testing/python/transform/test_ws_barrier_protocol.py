@@ -1,10 +1,14 @@
 """The barrier protocol of Hopper pipelines (TMA and mbarriers, with or without a producer
-warpgroup), run on the CPU: the lowered device IR is interpreted for one block, one agent per warp
-(lane 0), keeping only what synchronizes: mbarriers (init, arrivals, expect_tx, parity waits),
-named barriers and `__syncthreads`. The TMA unit is taken to land a load at once. Every kernel must
-finish (no deadlock) and every mbarrier wait must pass on exactly the phase it is for (a producer
-running two phases ahead would overwrite a stage still in use), whatever order the warps run in
-(several schedules). Kernels that never free a stage, or refill one too early, are caught."""
+warpgroup), run on the CPU: the lowered device IR is interpreted for one block, or the two blocks
+of a cluster, one agent per warp (lane 0), keeping only what synchronizes: mbarriers (init,
+arrivals, expect_tx bytes, parity waits), named barriers, `__syncthreads` and cluster barriers. The
+TMA unit is taken to land a load at once, its box's bytes on the barrier of each block it is for
+(both, when multicast). Every kernel must finish (no deadlock); every mbarrier wait must pass on
+exactly the phase it is for; no load may land in a stage a consumer warp has waited for and not yet
+freed; no block may be signalled after it exited; whatever order the warps run in (several
+schedules, and one where block 0 runs ahead as far as it can). Kernels that never free a stage,
+refill one too early, free a cluster's stage only locally, or exit without the cluster barrier,
+are caught."""
 
 import os
 import random
@@ -33,23 +37,52 @@ class ProtocolError(AssertionError):
 
 
 class _Block:
-    """The synchronization state of one thread block."""
+    """The synchronization state of one thread block (of a cluster of one or two)."""
 
-    def __init__(self, threads):
+    def __init__(self, threads, rank=0, box_bytes=()):
         self.threads = threads
-        self.mbar = {}  # (buffer name, index) -> [expected arrivals, arrivals so far, completed phases]
+        self.rank = rank
+        # (buffer name, index) -> [expected arrivals, arrivals so far, completed phases, pending bytes]
+        self.mbar = {}
         self.named = {}  # barrier id -> [threads arrived, generation]
+        self.peer = None  # the other block of a 2-block cluster
+        self.cluster_named = self.named  # barriers over the whole cluster (cluster_sync)
+        self.box_bytes = box_bytes  # [(TMA load call, bytes of its box)]
+        self.holds = {}  # (buffer name, index) of a full barrier -> warps reading that stage
+        self.exited = False
 
-    def arrive(self, bar):
+    def _state(self, bar):
+        if self.exited:
+            raise ProtocolError(f"block {self.rank} is signalled on {bar} after it exited")
         if bar not in self.mbar:
             raise ProtocolError(f"arrival on {bar} before its initialization")
-        state = self.mbar[bar]
-        state[1] += 1
-        if state[1] == state[0]:
+        return self.mbar[bar]
+
+    @staticmethod
+    def _settle(state):
+        if state[1] == state[0] and state[3] == 0:
             state[1], state[2] = 0, state[2] + 1
 
-    def named_arrive(self, bar_id, count):
-        state = self.named.setdefault(bar_id, [0, 0])
+    def arrive(self, bar, expect_bytes=0):
+        state = self._state(bar)
+        state[1] += 1
+        state[3] += expect_bytes
+        self._settle(state)
+
+    def land(self, bar, nbytes):
+        """A TMA box lands in this block: its bytes complete on `bar` (taken to land at once)."""
+        state = self._state(bar)
+        if self.holds.get(bar):
+            raise ProtocolError(
+                f"a load lands on {bar} of block {self.rank} while warps {sorted(self.holds[bar])} still "
+                f"read that stage: a stage was refilled before it was freed"
+            )
+        state[3] -= nbytes
+        self._settle(state)
+
+    def named_arrive(self, bar_id, count, table=None):
+        table = self.named if table is None else table
+        state = table.setdefault(bar_id, [0, 0])
         state[0] += 32
         generation = state[1]
         if state[0] == count:
@@ -107,6 +140,9 @@ def _int(expr, env):
         return _int(expr.value, env)
     if kind == "Select":
         return _int(expr.true_value if _int(expr.condition, env) else expr.false_value, env)
+    if isinstance(expr, ir.Call) and getattr(expr.op, "name", "") == "tirx.call_extern":
+        if str(expr.args[0].value) == "tl::cluster_rank":
+            return env["rank"]
     if isinstance(expr, ir.Call) and getattr(expr.op, "name", "") == "prim.if_then_else":
         return _int(expr.args[1] if _int(expr.args[0], env) else expr.args[2], env)
     if isinstance(expr, ir.TensorLoad) and _register(expr.source, expr.indices, env) in env:
@@ -155,9 +191,21 @@ def _call(call, env, block, tx, consumed):
         return
     name, args = str(call.args[0].value), list(call.args[1:])
     if name == "tl::mbarrier_init":
-        block.mbar[_key(args[0], env)] = [_int(args[1], env), 0, 0]
-    elif name in ("tl::mbarrier_arrive_expect_tx", "tl::mbarrier_arrive_warp"):
-        block.arrive(_key(args[0], env))
+        block.mbar[_key(args[0], env)] = [_int(args[1], env), 0, 0, 0]
+    elif name == "tl::mbarrier_arrive_expect_tx":
+        block.arrive(_key(args[0], env), _int(args[1], env))
+    elif name in ("tl::mbarrier_arrive_warp", "tl::mbarrier_arrive_cluster_warp"):
+        bar = _key(args[0], env)
+        _release(block, tx, bar)
+        block.arrive(bar)
+        if name == "tl::mbarrier_arrive_cluster_warp":
+            block.peer.arrive(bar)
+    elif name in ("tl::tma_load", "tl::tma_load_multicast"):
+        nbytes = next(b for c, b in block.box_bytes if c.same_as(call))
+        bar = _key(args[1], env)
+        block.land(bar, nbytes)
+        if name == "tl::tma_load_multicast":
+            block.peer.land(bar, nbytes)
     elif name == "tl::mbarrier_wait":
         bar, parity = _key(args[0], env), _int(args[1], env)
         if bar not in block.mbar:
@@ -170,6 +218,12 @@ def _call(call, env, block, tx, consumed):
                 f"expecting phase {want}: a stage was refilled before it was freed"
             )
         consumed[bar] = want
+        if block.consumer_threads is not None and bar[0].endswith("_full") and tx < block.consumer_threads:
+            block.holds.setdefault(bar, set()).add(tx // 32)
+            yield lambda: True  # other warps may run while this one reads the stage
+    elif name == "tl::cluster_sync":
+        generation = block.named_arrive("cluster", 2 * block.threads, block.cluster_named)
+        yield lambda: block.cluster_named["cluster"][1] > generation
     elif name == "__syncthreads" or name.startswith("tl::named_barrier_sync<") or name == "tl::pingpong_sync":
         if name == "__syncthreads":
             bar_id, count = 0, block.threads
@@ -185,29 +239,101 @@ def _call(call, env, block, tx, consumed):
         block.named_arrive(2, 256)
 
 
+def _release(block, tx, empty):
+    """A consumer warp frees a stage (arrives on an empty barrier): it no longer reads the tiles of
+    that stage, the tile whose name the barrier carries or, for a barrier named after the loop
+    (`k_empty`), every tile of the stage."""
+    name, index = empty
+    tile = name[: -len("_empty")]
+    held = [bar for bar in block.holds if bar[1] == index and tx // 32 in block.holds[bar]]
+    named = [bar for bar in held if bar[0] == f"{tile}_full"]
+    for bar in named or held:
+        block.holds[bar].discard(tx // 32)
+
+
+def _box_bytes(kernel):
+    """[(TMA load call, bytes of its box)]: a tile's expect_tx announces the whole tile; the loads
+    after it are its boxes (a multicast load issues half of them, the other block the rest)."""
+    out = []
+
+    def on_seq(seq):
+        stmts = list(seq.seq)
+        for j, st in enumerate(stmts):
+            call = st.value if isinstance(st, tirx.Evaluate) else None
+            if not (isinstance(call, ir.Call) and "mbarrier_arrive_expect_tx" in str(call.args[0])):
+                continue
+            loads = []
+            for nxt in stmts[j + 1 :]:
+                c = nxt.value if isinstance(nxt, tirx.Evaluate) else None
+                if not (isinstance(c, ir.Call) and str(c.args[0].value) in ("tl::tma_load", "tl::tma_load_multicast")):
+                    break
+                loads.append(c)
+            boxes = sum(2 if str(c.args[0].value) == "tl::tma_load_multicast" else 1 for c in loads)
+            out.extend((c, int(call.args[2].value) // boxes) for c in loads)
+
+    tvm_ffi.structural_walk(kernel.body, [(tirx.SeqStmt, on_seq)])
+    return out
+
+
+def _consumer_threads(kernel, threads) -> int | None:
+    """Threads below the producer warpgroup; None without one (thread 0 then loads ahead and block
+    barriers free the stages: no reads are held per stage)."""
+    found = []
+
+    def on_call(call):
+        name = str(call.args[0].value) if getattr(call.op, "name", "") == "tirx.call_extern" else ""
+        if name.startswith("tl::setmaxnreg_dec"):
+            found.append(threads - 128)
+
+    tvm_ffi.structural_walk(kernel.body, [(ir.Call, on_call)])
+    return found[0] if found else None
+
+
 def run_block(device_func, threads, block_index, seed):
     """Interprets one block of `device_func`; raises ProtocolError on a deadlock or an overrun."""
-    block = _Block(threads)
+    run_cluster(device_func, threads, [block_index], seed)
+
+
+def run_cluster(device_func, threads, block_indices, seed, lead=False):
+    """Interprets the blocks of one cluster (one or two blocks, `block_indices` in rank order).
+    With `lead`, block 0 runs whenever it can and block 1 only while block 0 waits: block 0 gets
+    as far ahead as the protocol lets it."""
+    box_bytes = _box_bytes(device_func)
+    blocks = [_Block(threads, rank, box_bytes) for rank in range(len(block_indices))]
+    for block in blocks:
+        block.consumer_threads = _consumer_threads(device_func, threads)
+        block.cluster_named = blocks[0].named if len(blocks) == 1 else blocks[0].__dict__.setdefault("_cn", {})
+    if len(blocks) == 2:
+        blocks[0].peer, blocks[1].peer = blocks[1], blocks[0]
+        blocks[1].cluster_named = blocks[0].cluster_named
     agents = {}
-    for tx in range(0, threads, 32):
-        env = {"block": block_index}
-        agents[tx] = (_agent(device_func.body, env, block, tx, {}), [None])
+    for rank, (block, index) in enumerate(zip(blocks, block_indices)):
+        for tx in range(0, threads, 32):
+            env = {"block": index, "rank": rank}
+            agents[(rank, tx)] = (_agent(device_func.body, env, block, tx, {}), [None])
     rng = random.Random(seed)
     while agents:
         progressed = False
         order = list(agents)
         rng.shuffle(order)
-        for tx in order:
-            gen, blocked = agents[tx]
+        if lead:
+            order.sort(key=lambda k: k[0])
+        for key in order:
+            if lead and progressed and key[0] == 1:
+                break  # block 0 moved: give it the next round too
+            gen, blocked = agents[key]
             if blocked[0] is not None and not blocked[0]():
                 continue
             progressed = True
             try:
                 blocked[0] = next(gen)
             except StopIteration:
-                del agents[tx]
+                del agents[key]
+                if not any(rank == key[0] for rank, _ in agents):
+                    blocks[key[0]].exited = True
         if not progressed:
-            raise ProtocolError(f"deadlock: warps {sorted(tx // 32 for tx in agents)} wait forever")
+            stuck = sorted(f"block {rank} warp {tx // 32}" for rank, tx in agents)
+            raise ProtocolError(f"deadlock: {', '.join(stuck)} wait forever")
 
 
 def _device_kernel(func, configs=None):
@@ -368,3 +494,100 @@ def test_a_producer_that_does_not_wait_for_free_stages_is_caught():
             errors.append(str(err))
     # A consumer passes its wait on a later phase (or, two phases later, waits forever).
     assert len(errors) == 10 and any("refilled before it was freed" in e for e in errors)
+
+
+MULTICAST = {"tl.enable_tma_multicast": True}
+
+
+def _rewritten(kernel, rewrite):
+    """`kernel` with each extern call statement passed through `rewrite(name, args)`, which returns
+    new (name, args), or None to drop the call."""
+
+    def on_eval(stmt):
+        call = stmt.value
+        if not (isinstance(call, ir.Call) and getattr(call.op, "name", "") == "tirx.call_extern"):
+            return stmt
+        out = rewrite(str(call.args[0].value), list(call.args[1:]))
+        if out is None:
+            return tirx.Evaluate(tirx.const(0, "int32"))
+        return tirx.Evaluate(tirx.call_extern(call.ty, out[0], *out[1]))
+
+    return kernel.with_body(tvm_ffi.structural_map(kernel.body, [(tirx.Evaluate, on_eval)]))
+
+
+def _clusters(kernel, threads, pairs, seeds=3):
+    for pair in pairs:
+        for seed in range(seeds):
+            run_cluster(kernel, threads, pair, seed)
+        run_cluster(kernel, threads, pair, 0, lead=True)
+
+
+def _by(x, y):
+    return {"blockIdx.x": x, "blockIdx.y": y, "blockIdx.z": 0}
+
+
+def test_gemm_in_clusters_of_two():
+    # Blocks (0, 0) and (0, 1) share B: each loads half of it into both; 2 to 4 stages.
+    for stages in (2, 3, 4):
+        f = gemm.matmul.factory(256, 256, 512, 128, 256, 64, "float16", "float", 256, stages)
+        kernel, threads = _device_kernel(f, MULTICAST)
+        assert "tl::tma_load_multicast" in kernel.script()
+        _clusters(kernel, threads, [[_by(0, 0), _by(0, 1)]])
+
+
+def test_flash_attention_and_mla_in_clusters_of_two():
+    f = fa.flashattn.factory(1, 1, 512, 128, False, 128, 128, 2, 256)
+    kernel, threads = _device_kernel(f, {**MULTICAST, "tl.enable_fast_math": True})
+    _clusters(kernel, threads, [[_bx(0), _bx(1)], [_bx(2), _bx(3)]])
+    f = mla.mla_decode.factory(2, 128, 1, 1024, 512, 64, 64, 64, 1, "float16")
+    kernel, threads = _device_kernel(f, MULTICAST)
+    _clusters(kernel, threads, [[_by(0, 1), _by(1, 1)]], seeds=2)
+
+
+def _gemm_cluster_kernel():
+    f = gemm.matmul.factory(256, 256, 768, 128, 256, 64, "float16", "float", 256, 2)
+    return _device_kernel(f, MULTICAST)
+
+
+def test_freeing_a_stage_only_locally_is_caught():
+    kernel, threads = _gemm_cluster_kernel()
+    pair = [_by(0, 0), _by(0, 1)]
+    # Without the remote arrivals the empty barriers (counting both blocks' warps) never complete.
+    local = _rewritten(kernel, lambda n, a: ("tl::mbarrier_arrive_warp", a) if "arrive_cluster" in n else (n, a))
+    with pytest.raises(ProtocolError, match="deadlock"):
+        run_cluster(local, threads, pair, 0)
+    # ... and counting only this block's warps, a producer refills the peer's stage while the peer's
+    # consumers still read it (in some orders).
+
+    def halve(name, args):
+        if name == "tl::mbarrier_init" and "empty" in str(args[0]):
+            return name, [args[0], tirx.const(8, "int32")]
+        return ("tl::mbarrier_arrive_warp", args) if "arrive_cluster" in name else (name, args)
+
+    errors = []
+    for seed in range(12):
+        try:
+            run_cluster(_rewritten(kernel, halve), threads, pair, seed)
+        except ProtocolError as err:
+            errors.append(str(err))
+    assert any("refilled before it was freed" in e for e in errors)
+
+
+def test_exiting_without_the_cluster_barrier_is_caught():
+    kernel, threads = _gemm_cluster_kernel()
+    assert kernel.script().count("tl::cluster_sync") == 2
+
+    def is_sync(stmt):
+        call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
+        return isinstance(call, ir.Call) and "tl::cluster_sync" in str(call.args[0])
+
+    def drop_exit(seq):  # the exit barrier: the last statement of the kernel's body
+        stmts = list(seq.seq)
+        return tirx.SeqStmt(stmts[:-1]) if is_sync(stmts[-1]) and not is_sync(stmts[0]) else seq
+
+    broken = kernel.with_body(tvm_ffi.structural_map(kernel.body, [(tirx.SeqStmt, drop_exit)]))
+    assert broken.script().count("tl::cluster_sync") == 1
+    # Block 0 runs ahead and exits while block 1's consumers still free its stages.
+    with pytest.raises(ProtocolError, match="after it exited"):
+        run_cluster(broken, threads, [_by(0, 0), _by(0, 1)], 0, lead=True)
+    run_cluster(kernel, threads, [_by(0, 0), _by(0, 1)], 0, lead=True)  # the exit barrier waits for it
