@@ -46,7 +46,8 @@ def gemm(
     mbar=None,
     annotations=None,
 ):
-    """C += A @ B (A^T / B^T with the transpose flags); with clear_accum, C = A @ B.
+    """C += A @ B (A^T / B^T with the transpose flags); with clear_accum, C = A @ B. clear_accum
+    may be a run-time condition (`clear_accum=k == 0` in a loop over K).
 
     Args:
         A: (M, K) or, transposed, (K, M): a shared tile or a fragment.

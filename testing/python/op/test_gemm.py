@@ -160,3 +160,27 @@ def test_register_operand_layouts_fill_the_registers_the_template_reads(kind, po
     rows = 64 // wm if kind == "rs" else 64 // wn  # the operand rows (A) or columns (B) of one warp
     assert frag.is_injective() and frag.local_size == rows * 32 // 32
     assert frag.replicate == (wn if kind == "rs" else wm)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_clear_accum_may_be_a_run_time_condition(arch):
+    # clear_accum=k == 0: the first iteration starts from zero, no T.clear before the loop.
+    @T.prim_func
+    def main(
+        A: T.Tensor((128, 256), "float16"), B: T.Tensor((256, 128), "float16"), C: T.Tensor((128, 128), "float32")
+    ):
+        with T.Kernel(1, threads=128):
+            a = T.alloc_shared((128, 64), "float16")
+            b = T.alloc_shared((64, 128), "float16")
+            c = T.alloc_fragment((128, 128), "float32")
+            for k in T.Pipelined(4, num_stages=2):
+                T.copy(A[0, k * 64], a)
+                T.copy(B[k * 64, 0], b)
+                T.gemm(a, b, c, clear_accum=k == 0)
+            T.copy(c, C)
+
+    kernel = tilelang.compile(main, target=arch)
+    src = kernel.get_kernel_source()
+    calls = [line for line in src.splitlines() if "tl::gemm_ss<" in line or "tl::wgmma_ss<" in line]
+    assert calls and all("== 0)" in line.rsplit(",", 1)[1] for line in calls), calls
+    cuda.compile_object(src, kernel.target)
