@@ -17,21 +17,14 @@ import tvm_ffi
 from tvm import ir, tirx
 
 from tilelang.transform.warp_specialize import CONSUMER_BRANCH, PRODUCER_BRANCH
-
-
-def _extern_name(stmt):
-    """The function an `Evaluate(call_extern(...))` statement calls, else None."""
-    call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
-    if isinstance(call, ir.Call) and isinstance(call.op, ir.Op) and call.op.name == "tirx.call_extern":
-        return str(call.args[0].value)
-    return None
+from tilelang.utils.ir import extern_name
 
 
 def _is_block_barrier(stmt) -> bool:
     call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
     if isinstance(call, ir.Call) and isinstance(call.op, ir.Op) and call.op.name == "tirx.tvm_storage_sync":
         return str(call.args[0].value) in ("shared", "shared.dyn")
-    return _extern_name(stmt) == "__syncthreads"
+    return extern_name(stmt) == "__syncthreads"
 
 
 def _without_unsafe_turns(body):
@@ -42,7 +35,7 @@ def _without_unsafe_turns(body):
     unsafe, in_turn = [], [False]
 
     def on_eval(stmt):
-        name = _extern_name(stmt) or ""
+        name = extern_name(stmt) or ""
         if name == "tl::pingpong_sync":
             in_turn[0] = True
         elif name == "tl::pingpong_arrive":
@@ -55,7 +48,7 @@ def _without_unsafe_turns(body):
         return body
     nop = tirx.Evaluate(tirx.const(0, "int32"))
     return tvm_ffi.structural_map(
-        body, [(tirx.Evaluate, lambda s: nop if (_extern_name(s) or "").startswith("tl::pingpong_") else s)]
+        body, [(tirx.Evaluate, lambda s: nop if (extern_name(s) or "").startswith("tl::pingpong_") else s)]
     )
 
 

@@ -18,12 +18,13 @@ remapping is a permutation of the grid (every block index is used once).
 from __future__ import annotations
 
 import tvm_ffi
-from tvm import ir, tirx
+from tvm import tirx
 
 from tilelang.language.diagnostics import at_span
 from tilelang.layout.fragment import substitute
 from tilelang.op import base
 from tilelang.transform.common import Scope, collect, mutate_with_scope
+from tilelang.utils.ir import extern_name
 
 NAME = "use_swizzle"
 
@@ -65,12 +66,10 @@ def _cluster_dim(stmts):
     marker), or None."""
     for stmt in stmts:
         for ev in collect(stmt, tirx.Evaluate):
-            call = ev.value
-            if isinstance(call, ir.Call) and getattr(call.op, "name", "") == "tirx.call_extern":
-                name = str(call.args[0].value)
-                if name.startswith("tl::cluster_dims<"):
-                    dims = [int(x) for x in name[len("tl::cluster_dims<") : -1].split(",")]
-                    return dims.index(2)
+            name = extern_name(ev) or ""
+            if name.startswith("tl::cluster_dims<"):
+                dims = [int(x) for x in name[len("tl::cluster_dims<") : -1].split(",")]
+                return dims.index(2)
     return None
 
 

@@ -31,17 +31,10 @@ from tilelang.layout.fragment import substitute
 from tilelang.transform import pipeline_tma as ptma
 from tilelang.transform.common import Scope, collect, is_thread_extent, mutate_with_scope
 from tilelang.transform.pipeline_tma_checks import PRODUCER_THREADS
-from tilelang.utils.ir import extern, seq
+from tilelang.utils.ir import extern, extern_name, seq
 
 CONSUMER_BRANCH = "tl.ws_consumer_branch"
 PRODUCER_BRANCH = "tl.ws_producer_branch"
-
-
-def _extern_name(stmt) -> str:
-    call = stmt.value
-    if isinstance(call, ir.Call) and isinstance(call.op, ir.Op) and call.op.name == "tirx.call_extern":
-        return str(call.args[0].value)
-    return ""
 
 
 def _is_attr(stmt, key) -> bool:
@@ -182,7 +175,7 @@ def _specialize_kernel(attr):
     producer_side = tirx.AttrStmt(tx, PRODUCER_BRANCH, threads, producer_side)
     # A block of a cluster exits only with its peer: the peer's consumers still arrive on this
     # block's barriers until the end.
-    clustered = any(_extern_name(e).startswith("tl::cluster_dims<") for e in collect(prelude, tirx.Evaluate))
+    clustered = any((extern_name(e) or "").startswith("tl::cluster_dims<") for e in collect(prelude, tirx.Evaluate))
     exit_sync = [extern("tl::cluster_sync")] if clustered else []
     new_body = seq(lead + allocs + [prelude, producer_side, consumer_side] + exit_sync)
     iv = attr.node

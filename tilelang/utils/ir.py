@@ -40,6 +40,15 @@ def extern(name: str, *args) -> tirx.Stmt:
     return tirx.Evaluate(tirx.call_extern("void", name, *args))
 
 
+def extern_name(stmt) -> str | None:
+    """The device function an `Evaluate(call_extern(...))` statement calls (what `extern` builds),
+    else None."""
+    call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
+    if isinstance(call, ir.Call) and isinstance(call.op, ir.Op) and call.op.name == "tirx.call_extern":
+        return str(call.args[0].value)
+    return None
+
+
 def i32(x):
     """An int32 constant (index arithmetic is int32 throughout)."""
     return tirx.const(int(x), "int32")
