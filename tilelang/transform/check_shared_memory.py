@@ -26,7 +26,8 @@ def shared_memory_limit(target) -> int:
     return _LIMITS.get(cc, 48 * 1024 if cc < 80 else 99 * 1024)
 
 
-def _bytes(buffer) -> int:
+def tile_bytes(buffer) -> int:
+    """Bytes of a buffer of constant shape."""
     n = 1
     for s in buffer.shape:
         n *= int(s)
@@ -41,7 +42,7 @@ def user_shared_tiles(func) -> list[tuple[str, tuple, str, int]]:
     def on_alloc(stmt):
         b = stmt.buffer
         if b.scope().startswith("shared"):
-            tiles.append((b.name, tuple(int(s) for s in b.shape), str(b.dtype), _bytes(b)))
+            tiles.append((b.name, tuple(int(s) for s in b.shape), str(b.dtype), tile_bytes(b)))
 
     tvm_ffi.structural_walk(func.body, [(tirx.AllocBuffer, on_alloc)])
     return tiles
@@ -61,7 +62,7 @@ def check_shared_memory(mod, target, tiles) -> None:
 
         def on_alloc(stmt, used=used):
             if stmt.buffer.scope() == "shared.dyn":
-                used.append(_bytes(stmt.buffer))
+                used.append(tile_bytes(stmt.buffer))
 
         tvm_ffi.structural_walk(func.body, [(tirx.AllocBuffer, on_alloc)])
         total = sum(used)

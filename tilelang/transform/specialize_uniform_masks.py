@@ -23,12 +23,14 @@ from __future__ import annotations
 
 from tvm import ir, sym, tirx
 
-from tilelang.op import base, fill
+from tilelang.op import fill
 from tilelang.op.loops import is_parallel
 from tilelang.transform.common import Scope, mutate_with_scope
 from tilelang.utils.ir import collect, const_int, is_if_then_else
 
 _FALSE = tirx.const(False, "bool")
+# A comparison as `sign * (a - b) < 0`, or `<= 0` when inclusive: kind -> (sign, inclusive).
+_AS_DIFFERENCE = {tirx.LT: (1, 0), tirx.LE: (1, 1), tirx.GT: (-1, 0), tirx.GE: (-1, 1)}
 
 
 def _uses(expr, variables) -> bool:
@@ -63,8 +65,7 @@ def truth(cond, domain) -> tuple:
     if isinstance(cond, (tirx.Not, tirx.BitwiseNot)):
         t, f = truth(cond.a, domain)
         return f, t
-    compare = {tirx.LT: (1, 0), tirx.LE: (1, 1), tirx.GT: (-1, 0), tirx.GE: (-1, 1)}
-    for kind, (sign, inclusive) in compare.items():
+    for kind, (sign, inclusive) in _AS_DIFFERENCE.items():
         if isinstance(cond, kind) and str(cond.a.ty.dtype).startswith("int"):
             bounds = _range((cond.a - cond.b) * sign, domain)  # cond: sign * (a - b) < 0 (or <= 0)
             if bounds is None:
@@ -79,8 +80,7 @@ def truth(cond, domain) -> tuple:
 def _impossible(cond, scope) -> bool:
     """Whether a comparison provably never holds in `scope` (`k > bx` where k runs to bx), beyond
     what the simplifier's constant bounds see."""
-    differences = {tirx.LT: (1, 0), tirx.LE: (1, 1), tirx.GT: (-1, 0), tirx.GE: (-1, 1)}
-    for kind, (sign, inclusive) in differences.items():
+    for kind, (sign, inclusive) in _AS_DIFFERENCE.items():
         if isinstance(cond, kind):
             return scope.provably(inclusive, (cond.a - cond.b) * sign, None)  # never a - b < 0 (<= 0)
     return False
@@ -111,8 +111,7 @@ def _masked_fill(loop):
 
 
 def _fill(buf, value, span):
-    region = base.Region(buf, [tirx.const(0, "int32") for _ in buf.shape], list(buf.shape))
-    return tirx.Evaluate(base.make_call(fill.NAME, [region.to_ir(), value]), span=span)
+    return tirx.Evaluate(fill.fill(buf, value), span=span)
 
 
 def specialize_uniform_masks(func: tirx.PrimFunc) -> tirx.PrimFunc:

@@ -32,7 +32,7 @@ from tilelang.op import base
 from tilelang.op import copy as copy_op
 from tilelang.op import gemm as gemm_op
 from tilelang.transform import pass_config
-from tilelang.transform.check_shared_memory import shared_memory_limit
+from tilelang.transform.check_shared_memory import shared_memory_limit, tile_bytes
 from tilelang.transform.common import allocate_at_kernel_top, collect, is_innermost_thread_extent
 from tilelang.utils.ir import const_int, seq
 from tilelang.utils.target import arch_of
@@ -43,13 +43,6 @@ _ALIGN = 1024  # align_shared_tiles puts each tile on a 1024-byte boundary
 
 def _rounded(nbytes: int) -> int:
     return (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
-
-
-def _tile_bytes(buffer) -> int:
-    n = 1
-    for s in buffer.shape:
-        n *= const_int(s) or 0
-    return n * dtype_bits(str(buffer.dtype)) // 8
 
 
 def _candidate(call, accumulators):
@@ -115,7 +108,7 @@ def stage_fragment_stores(func: tirx.PrimFunc) -> tirx.PrimFunc:
         if not is_innermost_thread_extent(attr):
             return attr
         tiles = [a.buffer for a in collect(attr.body, tirx.AllocBuffer) if a.buffer.scope().startswith("shared")]
-        total = sum(_rounded(_tile_bytes(b)) for b in tiles)
+        total = sum(_rounded(tile_bytes(b)) for b in tiles)
         accumulators = _accumulators(attr.body)
         last_use, position, in_loop = _liveness(attr.body, tiles, accumulators)
         staged = []
@@ -130,13 +123,11 @@ def stage_fragment_stores(func: tirx.PrimFunc) -> tirx.PrimFunc:
             # Tiles no statement after the copy uses (a pipelined loop's stage buffers before the
             # epilogue) are dead there: the shared-memory merge gives their bytes to the new tile.
             live = [b for b in tiles if at is None or in_loop(stmt) or last_use.get(b, -1) > at] + staged
-            need = max(total, sum(_rounded(_tile_bytes(b)) for b in live) + _rounded(_tile_bytes(tile)))
+            need = max(total, sum(_rounded(tile_bytes(b)) for b in live) + _rounded(tile_bytes(tile)))
             if need + _MARGIN > limit:
                 return stmt
             staged.append(tile)
-            whole = base.Region(
-                tile, [tirx.const(0, "int32")] * 2, [tirx.const(rows, "int32"), tirx.const(cols, "int32")]
-            )
+            whole = base.to_region(tile, "staged tile")
             width, flag = stmt.value.args[2], stmt.value.args[3]
             to_shared = base.make_call(copy_op.NAME, [src.to_ir(), whole.to_ir(), tirx.const(0, "int32"), flag])
             to_global = base.make_call(copy_op.NAME, [whole.to_ir(), dst.to_ir(), width, flag])
