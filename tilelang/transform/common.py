@@ -7,6 +7,8 @@ recognising kernels (`thread_extent` attributes), binding loop/thread/let variab
 
 from __future__ import annotations
 
+import functools
+
 import tvm
 import tvm_ffi
 from tvm import ir, sym, tirx
@@ -45,6 +47,9 @@ class Scope:
         # Loop variable -> its values as a symbolic interval, for bounds the analyzer's constant
         # reasoning misses (`m - 1 - i >= 0` for i in [0, m)): see `provably`.
         self.domains: dict = {}
+        # Inside `if tx < n:` (tx the kernel's thread index, n a multiple of 32): the tile ops there
+        # run on threads [0, n) only, and their fragments are laid out over those n threads.
+        self.thread_limit: int | None = None
 
     def enter(self, stmt):
         """Record the facts that `stmt` makes true for its body."""
@@ -76,14 +81,36 @@ class Scope:
             self.threads = saved
 
     def thread_var(self):
-        """(linear thread index expression, number of threads) of the current kernel."""
+        """(linear thread index expression, number of threads) of the current kernel; inside
+        `if tx < n:` the number is n."""
         index, count = tirx.const(0, "int32"), 1
         for tag in reversed(THREAD_TAGS):
             if tag in self.threads:
                 var, extent = self.threads[tag]
                 index = index * extent + var
                 count *= int(extent)
+        if self.thread_limit is not None:
+            count = min(count, self.thread_limit)
         return index, count
+
+    def _thread_bound(self, cond) -> int | None:
+        """n when `cond` is `tx < n` for the kernel's thread index tx and a constant n."""
+        if not isinstance(cond, tirx.LT) or not isinstance(cond.b, tirx.IntImm) or not self.threads:
+            return None
+        return int(cond.b.value) if tvm_ffi.structural_equal(cond.a, self.thread_var()[0]) else None
+
+    def covers_all_threads(self, cond) -> bool:
+        """Whether `cond` is `tx < n` with n at least the number of threads here (always true)."""
+        n = self._thread_bound(cond)
+        return n is not None and n >= self.thread_var()[1]
+
+    def thread_limit_of(self, cond) -> int | None:
+        """n when `cond` is `tx < n` for the kernel's thread index tx and n a multiple of 32 below
+        the thread count (a warp-aligned prefix of the threads), else None."""
+        n = self._thread_bound(cond)
+        if n is None or n % 32 or not 0 < n < self.thread_var()[1]:
+            return None
+        return n
 
 
 def assume_sizes_nonnegative(analyzer, func) -> None:
@@ -99,10 +126,25 @@ def assume_sizes_nonnegative(analyzer, func) -> None:
                 analyzer.bind(dim, ir.Range.from_min_extent(tirx.const(0, dtype), tirx.const(largest, dtype)))
 
 
+def _mutate_thread_branch(scope: Scope, mutator, node):
+    """`if tx < n:` with its then-branch mutated as code of threads [0, n) (`Scope.thread_limit`)."""
+    saved, scope.thread_limit = scope.thread_limit, scope.thread_limit_of(node.condition)
+    try:
+        then_case = mutator.mutate(node.then_case)
+    finally:
+        scope.thread_limit = saved
+    else_case = mutator.mutate(node.else_case) if node.else_case is not None else None
+    if then_case.same_as(node.then_case) and (else_case is None or else_case.same_as(node.else_case)):
+        return node
+    return tirx.IfThenElse(node.condition, then_case, else_case, span=node.span)
+
+
 def mutate_with_scope(body, scope: Scope, callbacks: dict):
     """Mutate `body`; `callbacks[type](node, recurse)` handle chosen node types.
 
-    Every For, thread_extent AttrStmt and Bind updates `scope` before its body is visited.
+    Every For, thread_extent AttrStmt and Bind updates `scope` before its body is visited; the
+    then-branch of `if tx < n` (a warp-aligned prefix of the threads) is visited with
+    `scope.thread_limit` n.
     `recurse(node)` applies the default mutation (children visited with the same callbacks).
     """
 
@@ -116,7 +158,10 @@ def mutate_with_scope(body, scope: Scope, callbacks: dict):
                 saved = dict(scope.threads)
                 scope.enter(node)
                 user = callbacks.get(kind)
-                result = user(node, mutator.default_mutate) if user is not None else mutator.default_mutate(node)
+                recurse = mutator.default_mutate
+                if isinstance(node, tirx.IfThenElse) and scope.thread_limit_of(node.condition) is not None:
+                    recurse = functools.partial(_mutate_thread_branch, scope, mutator)
+                result = user(node, recurse) if user is not None else recurse(node)
                 scope.leave(node, saved)
                 return result
             except Exception as err:  # noqa: BLE001 (re-raised below, with its own type)
@@ -125,7 +170,7 @@ def mutate_with_scope(body, scope: Scope, callbacks: dict):
 
         return handler
 
-    scoped = (tirx.For, tirx.AttrStmt, tirx.Bind)
+    scoped = (tirx.For, tirx.AttrStmt, tirx.Bind, tirx.IfThenElse)
     kinds = list(scoped) + [k for k in callbacks if k not in scoped]
     result = tvm_ffi.structural_mutate(body, [(k, make(k)) for k in kinds])
     if errors:

@@ -147,6 +147,18 @@ class _State:
         return node.red.on_fragments and node not in self.reduced
 
 
+def _thread_hint(old, new) -> str:
+    """Why two layouts of a fragment differ when it is the threads they span: a use inside
+    `if tx < n:` lays the fragment out over the first n threads only."""
+    if old.num_threads == new.num_threads:
+        return ""
+    return (
+        f" (the first spans {old.num_threads} threads, the second {new.num_threads}: a fragment used "
+        f"inside `if tx < n:` belongs to those n threads; use it only there, and pass values to the "
+        f"other threads through a shared tile)"
+    )
+
+
 def _give(state, buffer, layout, span, node):
     """Record `buffer`'s layout, or check it agrees with the one it already has."""
     if buffer in state.fragments:
@@ -155,7 +167,7 @@ def _give(state, buffer, layout, span, node):
             raise at_span(
                 f"layout inference: fragment '{buffer.name}' is used by two operations that need "
                 f"different layouts: its layout came from the first location below, and "
-                f"{node.describe()} at the second needs another",
+                f"{node.describe()} at the second needs another{_thread_hint(old, layout)}",
                 state.sources[buffer],
                 span,
             )
@@ -175,7 +187,8 @@ def _settle_loop(state, node, layout):
                     raise at_span(
                         f"layout inference: fragment '{buffer.name}' is used by two operations that need "
                         f"different layouts: its layout came from the first location below, and the "
-                        f"{node.describe()} at the second would run its elements on other threads",
+                        f"{node.describe()} at the second would run its elements on other threads"
+                        f"{_thread_hint(state.fragments[buffer], layout)}",
                         state.sources[buffer],
                         node.span,
                     )

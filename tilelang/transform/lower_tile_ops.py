@@ -23,6 +23,7 @@ from tilelang.layout import fragment as fl
 from tilelang.op import base, cumsum, parallel, tma, wgmma_wait
 from tilelang.op import gemm as gemm_op
 from tilelang.op import reduce as reduce_op
+from tilelang.transform import sync_thread_branches as thread_branch
 from tilelang.transform.common import (
     Scope,
     allocate_at_kernel_top,
@@ -181,8 +182,27 @@ def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
         ctx.workspaces, ctx.warpgroup = outer
         return new
 
+    def on_if(stmt, recurse):
+        new = recurse(stmt)
+        if scope.covers_all_threads(stmt.condition):  # `if tx < n` with n at least the thread count
+            return new.then_case
+        if scope.thread_limit_of(stmt.condition) is None:
+            return new
+        # A branch of the first n threads: barriers around it (`sync_thread_branches`).
+        return tirx.IfThenElse(
+            new.condition, thread_branch.mark(new.condition, new.then_case), new.else_case, span=stmt.span
+        )
+
     body = mutate_with_scope(
-        func.body, scope, {tirx.For: on_for, tirx.Evaluate: on_eval, tirx.AllocBuffer: on_alloc, tirx.AttrStmt: on_attr}
+        func.body,
+        scope,
+        {
+            tirx.For: on_for,
+            tirx.Evaluate: on_eval,
+            tirx.AllocBuffer: on_alloc,
+            tirx.AttrStmt: on_attr,
+            tirx.IfThenElse: on_if,
+        },
     )
     _check_no_fragment_left(body)
     if func.attrs is not None and SHARED_LAYOUTS in func.attrs:

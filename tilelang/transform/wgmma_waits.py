@@ -35,7 +35,7 @@ from tvm import ir, tirx
 from tilelang.op import base, gemm_wgmma, wgmma_wait
 from tilelang.op import copy as copy_op
 from tilelang.op import gemm as gemm_op
-from tilelang.utils.ir import collect
+from tilelang.utils.ir import collect, seq
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,37 @@ class Waits:
                     fences.append(b)
         return [wgmma_wait.make(len(self.flight), fences)]
 
+    def thread_branch(self, stmt):
+        """n when `stmt` is `if tx < n:` (n a multiple of a warpgroup below the thread count) with
+        no else: a branch of the first n threads, planned as a run of its own."""
+        if not isinstance(stmt, tirx.IfThenElse) or stmt.else_case is not None:
+            return None
+        cond = stmt.condition
+        if not (isinstance(cond, tirx.LT) and isinstance(cond.b, tirx.IntImm) and cond.a.same_as(self.kernel.thread)):
+            return None
+        n = int(cond.b.value)
+        return n if n % 128 == 0 and 0 < n < self.kernel.threads else None
+
+    def _branch(self, stmt, n, key, offset) -> list:
+        """A branch of the first n threads: its gemms run asynchronously inside it and are all
+        waited for by its end (the other threads never issued them: a later `wait<k>` counts the
+        same groups in every thread)."""
+        inner = Waits(replace(self.kernel, threads=n), self.flags)
+        body = []
+        for st in stmt.then_case.seq if isinstance(stmt.then_case, tirx.SeqStmt) else [stmt.then_case]:
+            body += inner.statement(st, key, offset)
+        body = fold(body + inner.drain(), self.flags)
+        return [tirx.IfThenElse(stmt.condition, seq(body), None, span=stmt.span)]
+
     def statement(self, stmt, key: int, offset: int = 0) -> list:
         g = self.async_gemm(stmt)
+        n = self.thread_branch(stmt) if g is None else None
+        if n is not None:
+            touched, written = _buffers(stmt)
+            out = self._wait_for(
+                lambda G: _has(touched, G.acc) or _has(written, G.a_regs) or any(_has(written, t) for t in G.reads)
+            )
+            return out + self._branch(stmt, n, key, offset)
         if g is None:
             touched, written = _buffers(stmt)
             out = self._wait_for(

@@ -15,6 +15,14 @@
 
 namespace tl {
 
+// A barrier over `Threads` threads only, `bar.sync Id`: the consumers of a warp-specialized kernel
+// (the producer warps keep running), or the threads of an `if tx < n` branch. Barrier 0 is
+// __syncthreads()'s.
+template <int Id, int Threads>
+TL_DEVICE void named_barrier_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(Id), "n"(Threads) : "memory");
+}
+
 // Integer ceiling division, for index arithmetic in templates.
 template <typename T>
 TL_DEVICE constexpr T ceil_div(T a, T b) {

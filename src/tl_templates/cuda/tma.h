@@ -182,12 +182,6 @@ TL_DEVICE void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Registers));
 }
 
-// A barrier over `Threads` threads only (the consumers), leaving the producer warps running.
-template <int Id, int Threads>
-TL_DEVICE void named_barrier_sync() {
-  asm volatile("bar.sync %0, %1;\n" ::"n"(Id), "n"(Threads) : "memory");
-}
-
 // Two consumer warpgroups take turns issuing their wgmma gemms (FlashAttention-3's "ping-pong"):
 // warpgroup w waits on barrier 2 + w before its gemms and, once they are issued, lets the other go
 // (barrier 3 - w); so the tensor cores run one warpgroup's gemms while the other computes its
