@@ -4,6 +4,12 @@
 No split: a block takes `block_H` heads of one sequence and walks the whole KV cache. Split: the KV
 cache is cut into `num_split` parts, one block per (sequence, head group, part) writes a partial
 output and its log-sum-exp, and a second kernel in the same function merges the parts.
+
+Inside a block, the first warpgroup (`if tx < 128`) computes the scores Q·Kᵀ of all `block_H` heads
+and the softmax; P and the row scales go through shared memory, and every warpgroup then runs P·V
+on its share of the 512 output columns. (Splitting the 64x64 score tile over two warpgroups would
+give each a 64x32 gemm, which reads more shared memory than the tensor cores can use, and a row
+max and sum across warpgroups every block.)
 """
 
 import argparse
@@ -27,37 +33,45 @@ def mla_decode(
 
     @T.macro
     def attend(Q_shared, Q_pe_shared, KV, K_pe, bid, kv_head, kv_start, n_blocks, acc_o, scores_max, logsum):
-        """Online-softmax attention of the block's heads over `n_blocks` KV blocks from kv_start."""
+        """Online-softmax attention of the block's heads over `n_blocks` KV blocks from kv_start.
+        `scores_max` and `logsum` belong to the first warpgroup; `acc_o` to all."""
         KV_shared = T.alloc_shared([block_N, dim], dtype)
         K_pe_shared = T.alloc_shared([block_N, pe_dim], dtype)
         S_shared = T.alloc_shared([block_H, block_N], dtype)
+        scale_shared = T.alloc_shared([block_H], accum_dtype)
         acc_s = T.alloc_fragment([block_H, block_N], accum_dtype)
         scores_max_prev = T.alloc_fragment([block_H], accum_dtype)
         scores_scale = T.alloc_fragment([block_H], accum_dtype)
         scores_sum = T.alloc_fragment([block_H], accum_dtype)
+        tx = T.get_thread_binding()
         T.fill(acc_o, 0)
-        T.fill(logsum, 0)
-        T.fill(scores_max, -T.infinity(accum_dtype))
+        if tx < 128:
+            T.fill(logsum, 0)
+            T.fill(scores_max, -T.infinity(accum_dtype))
         for k in T.Pipelined(n_blocks, num_stages=2):
             T.copy(KV[bid, kv_start + k * block_N : kv_start + (k + 1) * block_N, kv_head, :], KV_shared)
             T.copy(K_pe[bid, kv_start + k * block_N : kv_start + (k + 1) * block_N, kv_head, :], K_pe_shared)
-            T.gemm(Q_shared, KV_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol, clear_accum=True)
-            T.gemm(Q_pe_shared, K_pe_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
-            T.copy(scores_max, scores_max_prev)
-            T.reduce_max(acc_s, scores_max, dim=1, clear=False)
-            for i in T.Parallel(block_H):
-                scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
-            for i, j in T.Parallel(block_H, block_N):
-                acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
-            T.reduce_sum(acc_s, scores_sum, dim=1)
-            T.copy(acc_s, S_shared)  # P goes to shared memory: the P·V gemm splits the heads differently
-            for i in T.Parallel(block_H):
-                logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+            if tx < 128:  # the first warpgroup: scores, softmax, P and the scales for everyone
+                T.gemm(Q_shared, KV_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol, clear_accum=True)
+                T.gemm(Q_pe_shared, K_pe_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
+                T.copy(scores_max, scores_max_prev)
+                T.reduce_max(acc_s, scores_max, dim=1, clear=False)
+                for i in T.Parallel(block_H):
+                    scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
+                for i, j in T.Parallel(block_H, block_N):
+                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
+                T.reduce_sum(acc_s, scores_sum, dim=1)
+                T.copy(acc_s, S_shared)
+                for i in T.Parallel(block_H):
+                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+                T.copy(scores_scale, scale_shared)
             for i, j in T.Parallel(block_H, dim):
-                acc_o[i, j] *= scores_scale[i]
+                acc_o[i, j] *= scale_shared[i]
             T.gemm(S_shared, KV_shared, acc_o, policy=T.GemmWarpPolicy.FullCol)
+        if tx < 128:
+            T.copy(logsum, scale_shared)
         for i, j in T.Parallel(block_H, dim):
-            acc_o[i, j] /= logsum[i]
+            acc_o[i, j] /= scale_shared[i]
 
     @T.macro
     def no_split(Q, Q_pe, KV, K_pe, Output):
@@ -92,9 +106,10 @@ def mla_decode(
             part = seqlen_kv // num_split
             attend(Q_shared, Q_pe_shared, KV, K_pe, bid, hid // (group // valid_h), part * bz, part // block_N,
                    acc_o, scores_max, logsum)  # fmt: skip
-            for i in T.Parallel(block_H):  # log2 of this part's softmax denominator
-                logsum[i] = T.log2(logsum[i]) + scores_max[i] * scale
-            T.copy(logsum, glse[bid, hid * valid_h : (hid + 1) * valid_h, bz])
+            if T.get_thread_binding() < 128:
+                for i in T.Parallel(block_H):  # log2 of this part's softmax denominator
+                    logsum[i] = T.log2(logsum[i]) + scores_max[i] * scale
+                T.copy(logsum, glse[bid, hid * valid_h : (hid + 1) * valid_h, bz])
             T.copy(acc_o, O_shared)
             T.copy(O_shared, Output_partial[bid, hid * valid_h : (hid + 1) * valid_h, bz, :])
 
