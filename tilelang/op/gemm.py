@@ -310,9 +310,23 @@ def lower(call, ctx, span=None) -> tirx.Stmt:
     args = [pointer(g.a, ctx, 1), pointer(g.b, ctx, 1), pointer(g.c, ctx, 3)]
     clear = [] if isinstance(g.clear, bool) else [g.clear]  # a run-time clear is the calls' last argument
     p = gemm_wgmma.plan(g, ctx.target, ctx.num_threads)
+    offset = ctx.thread_offset  # the first thread of the `if tx >= n` branch it is in
     if p is not None:
+        if offset % 128:
+            raise at_span(
+                f"T.gemm on Hopper runs on whole warpgroups, but the thread branch it is in starts at "
+                f"thread {offset}, not a multiple of 128",
+                span,
+            )
         name = gemm_wgmma.call_name(g, p)
-        return tirx.Evaluate(tirx.call_extern("void", name, *args, ctx.warpgroup_index(), *clear))
+        wg = ctx.warpgroup_index()
+        return tirx.Evaluate(tirx.call_extern("void", name, *args, wg - offset // 128 if offset else wg, *clear))
+    if offset % ctx.num_threads:  # the template's warp index is threadIdx.x / 32 modulo its warps
+        raise at_span(
+            f"T.gemm: the thread branch it is in spans threads [{offset}, {offset + ctx.num_threads}); "
+            f"with mma.sync it must start at a multiple of its {ctx.num_threads} threads",
+            span,
+        )
     wm, wn = warp_partition(g.M, g.N, ctx.num_threads // 32, g.policy, span)
     lda, ldb = int(g.a.buffer.shape[-1]), int(g.b.buffer.shape[-1])
 

@@ -222,12 +222,17 @@ def _combine_group(red, ctx, acc, slots, stride, count) -> tirx.Stmt:
     # Across warps: every thread publishes its partials (all slots at once, so one barrier pair
     # serves every row it holds), then folds those of its group. The barriers between the writes and
     # the reads (and before the next writes) come from the thread_sync pass.
-    n = ctx.num_threads
+    # Indexed by the kernel's thread (not the thread branch's): branches running side by side
+    # share the workspace without overlapping.
+    block_thread, n = ctx.block_thread
+    offset = ctx.thread_offset
     work = ctx.workspace(slots * n, dtype)
     d = tirx.Var("d", "int32")
     group_base = fl.clear_groups(ctx.thread, [(stride, count)])
+    if offset:
+        group_base = group_base + _c(offset)
     theirs = tirx.BufferLoad(work, [s * _c(n) + group_base + d * _c(stride)])
-    publish = tirx.BufferStore(work, tirx.BufferLoad(acc, [s]), [s * _c(n) + ctx.thread])
+    publish = tirx.BufferStore(work, tirx.BufferLoad(acc, [s]), [s * _c(n) + block_thread])
     fold = tirx.BufferStore(acc, _fold(red.kind, tirx.BufferLoad(acc, [s]), theirs), [s])
     gather = seq(
         [

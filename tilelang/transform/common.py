@@ -47,9 +47,10 @@ class Scope:
         # Loop variable -> its values as a symbolic interval, for bounds the analyzer's constant
         # reasoning misses (`m - 1 - i >= 0` for i in [0, m)): see `provably`.
         self.domains: dict = {}
-        # Inside `if tx < n:` (tx the kernel's thread index, n a multiple of 32): the tile ops there
-        # run on threads [0, n) only, and their fragments are laid out over those n threads.
-        self.thread_limit: int | None = None
+        # Inside a thread branch (`if tx < n:`, its else, `if tx >= n:`; tx the kernel's thread
+        # index): the absolute range [lo, hi) of threads running it. Tile ops there run on those
+        # threads only, their fragments laid out over them with thread index tx - lo.
+        self.thread_range: tuple[int, int] | None = None
 
     def enter(self, stmt):
         """Record the facts that `stmt` makes true for its body."""
@@ -80,37 +81,83 @@ class Scope:
         if is_thread_extent(stmt):
             self.threads = saved
 
-    def thread_var(self):
-        """(linear thread index expression, number of threads) of the current kernel; inside
-        `if tx < n:` the number is n."""
+    def block_thread(self):
+        """(linear thread index expression, number of threads) of the whole kernel."""
         index, count = tirx.const(0, "int32"), 1
         for tag in reversed(THREAD_TAGS):
             if tag in self.threads:
                 var, extent = self.threads[tag]
                 index = index * extent + var
                 count *= int(extent)
-        if self.thread_limit is not None:
-            count = min(count, self.thread_limit)
         return index, count
 
-    def _thread_bound(self, cond) -> int | None:
-        """n when `cond` is `tx < n` for the kernel's thread index tx and a constant n."""
-        if not isinstance(cond, tirx.LT) or not isinstance(cond.b, tirx.IntImm) or not self.threads:
+    def thread_var(self):
+        """(thread index expression, number of threads) here: the kernel's, or inside a thread
+        branch over threads [lo, hi), tx - lo and hi - lo."""
+        index, count = self.block_thread()
+        if self.thread_range is None:
+            return index, count
+        lo, hi = self.thread_range
+        return (index - lo if lo else index), hi - lo
+
+    def thread_offset(self) -> int:
+        """lo of the thread branch here (0 outside one)."""
+        return self.thread_range[0] if self.thread_range is not None else 0
+
+    def branch_ranges(self, cond):
+        """The thread ranges of `if cond:` and of its else, when `cond` splits the threads here
+        (see `branch_ranges`), else None."""
+        if not self.threads:
             return None
-        return int(cond.b.value) if tvm_ffi.structural_equal(cond.a, self.thread_var()[0]) else None
+        index, count = self.block_thread()
+        lo, hi = self.thread_range or (0, count)
+        return branch_ranges(cond, index, lo, hi)
 
     def covers_all_threads(self, cond) -> bool:
-        """Whether `cond` is `tx < n` with n at least the number of threads here (always true)."""
-        n = self._thread_bound(cond)
-        return n is not None and n >= self.thread_var()[1]
+        """Whether `cond` is `tx < n` with n at least the last thread here, or `tx >= n` with n at
+        most the first (true for every thread)."""
+        if not self.threads:
+            return False
+        index, count = self.block_thread()
+        lo, hi = self.thread_range or (0, count)
+        bound = _thread_bound(cond, index)
+        return bound is not None and (bound[1] >= hi if bound[0] == "<" else bound[1] <= lo)
 
-    def thread_limit_of(self, cond) -> int | None:
-        """n when `cond` is `tx < n` for the kernel's thread index tx and n a multiple of 32 below
-        the thread count (a warp-aligned prefix of the threads), else None."""
-        n = self._thread_bound(cond)
-        if n is None or n % 32 or not 0 < n < self.thread_var()[1]:
+
+def _thread_bound(cond, index):
+    """("<", n) for `tx < n`, (">=", n) for `tx >= n` or `n <= tx` (tx: `index`, n constant)."""
+    if isinstance(cond, tirx.LT) and isinstance(cond.b, tirx.IntImm) and tvm_ffi.structural_equal(cond.a, index):
+        return "<", int(cond.b.value)
+    if isinstance(cond, tirx.GE) and isinstance(cond.b, tirx.IntImm) and tvm_ffi.structural_equal(cond.a, index):
+        return ">=", int(cond.b.value)
+    if isinstance(cond, tirx.LE) and isinstance(cond.a, tirx.IntImm) and tvm_ffi.structural_equal(cond.b, index):
+        return ">=", int(cond.a.value)
+    return None
+
+
+def branch_ranges(cond, index, lo: int, hi: int):
+    """For threads [lo, hi) with thread index `index`: ((lo_then, hi_then), (lo_else, hi_else))
+    when `cond` is `tx < n`, `tx >= n` (else the other part) or `a <= tx and tx < b` (its else
+    None: not one range), every range warp-aligned, non-empty and inside [lo, hi); else None."""
+    if isinstance(cond, tirx.And):
+        parts = [_thread_bound(c, index) for c in (cond.a, cond.b)]
+        if None in parts or {p[0] for p in parts} != {"<", ">="}:
             return None
-        return n
+        a = next(n for op, n in parts if op == ">=")
+        b = next(n for op, n in parts if op == "<")
+        ranges = ((max(a, lo), min(b, hi)), None)
+    else:
+        bound = _thread_bound(cond, index)
+        if bound is None:
+            return None
+        n = bound[1]
+        if not lo < n < hi:
+            return None
+        ranges = ((lo, n), (n, hi)) if bound[0] == "<" else ((n, hi), (lo, n))
+    for r in ranges:
+        if r is not None and (r[0] % 32 or r[1] % 32 or r[0] >= r[1]):
+            return None
+    return ranges
 
 
 def assume_sizes_nonnegative(analyzer, func) -> None:
@@ -127,13 +174,17 @@ def assume_sizes_nonnegative(analyzer, func) -> None:
 
 
 def _mutate_thread_branch(scope: Scope, mutator, node):
-    """`if tx < n:` with its then-branch mutated as code of threads [0, n) (`Scope.thread_limit`)."""
-    saved, scope.thread_limit = scope.thread_limit, scope.thread_limit_of(node.condition)
-    try:
-        then_case = mutator.mutate(node.then_case)
-    finally:
-        scope.thread_limit = saved
-    else_case = mutator.mutate(node.else_case) if node.else_case is not None else None
+    """A thread branch with each side mutated as code of its threads (`Scope.thread_range`)."""
+    ranges = scope.branch_ranges(node.condition)
+    saved = scope.thread_range
+    cases = []
+    for case, rng in ((node.then_case, ranges[0]), (node.else_case, ranges[1])):
+        scope.thread_range = rng if rng is not None else saved
+        try:
+            cases.append(mutator.mutate(case) if case is not None else None)
+        finally:
+            scope.thread_range = saved
+    then_case, else_case = cases
     if then_case.same_as(node.then_case) and (else_case is None or else_case.same_as(node.else_case)):
         return node
     return tirx.IfThenElse(node.condition, then_case, else_case, span=node.span)
@@ -142,9 +193,9 @@ def _mutate_thread_branch(scope: Scope, mutator, node):
 def mutate_with_scope(body, scope: Scope, callbacks: dict):
     """Mutate `body`; `callbacks[type](node, recurse)` handle chosen node types.
 
-    Every For, thread_extent AttrStmt and Bind updates `scope` before its body is visited; the
-    then-branch of `if tx < n` (a warp-aligned prefix of the threads) is visited with
-    `scope.thread_limit` n.
+    Every For, thread_extent AttrStmt and Bind updates `scope` before its body is visited; each side
+    of a thread branch (`if tx < n:` / else, `if tx >= n:`, `if a <= tx < b:`, warp-aligned) is
+    visited with `scope.thread_range` its threads.
     `recurse(node)` applies the default mutation (children visited with the same callbacks).
     """
 
@@ -159,7 +210,7 @@ def mutate_with_scope(body, scope: Scope, callbacks: dict):
                 scope.enter(node)
                 user = callbacks.get(kind)
                 recurse = mutator.default_mutate
-                if isinstance(node, tirx.IfThenElse) and scope.thread_limit_of(node.condition) is not None:
+                if isinstance(node, tirx.IfThenElse) and scope.branch_ranges(node.condition) is not None:
                     recurse = functools.partial(_mutate_thread_branch, scope, mutator)
                 result = user(node, recurse) if user is not None else recurse(node)
                 scope.leave(node, saved)

@@ -78,6 +78,17 @@ class LowerContext:
     def num_threads(self) -> int:
         return self._scope.thread_var()[1]
 
+    @property
+    def thread_offset(self) -> int:
+        """The first thread of the thread branch the op is in (0 outside one): `thread` counts
+        from it."""
+        return self._scope.thread_offset()
+
+    @property
+    def block_thread(self):
+        """(the kernel's thread index, its number of threads), also inside a thread branch."""
+        return self._scope.block_thread()
+
     def fragment_layout(self, buffer) -> fl.Fragment:
         return self._fragments[buffer]
 
@@ -183,15 +194,17 @@ def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
         return new
 
     def on_if(stmt, recurse):
+        ranges = scope.branch_ranges(stmt.condition)  # (the scope outside the branch)
+        always = scope.covers_all_threads(stmt.condition)
         new = recurse(stmt)
-        if scope.covers_all_threads(stmt.condition):  # `if tx < n` with n at least the thread count
+        if always:  # `if tx < n` with n past the last thread here
             return new.then_case
-        if scope.thread_limit_of(stmt.condition) is None:
+        if ranges is None:
             return new
-        # A branch of the first n threads: barriers around it (`sync_thread_branches`).
-        return tirx.IfThenElse(
-            new.condition, thread_branch.mark(new.condition, new.then_case), new.else_case, span=stmt.span
-        )
+        # Each side marked with its threads: barriers around the branch (`sync_thread_branches`).
+        then_case = thread_branch.mark(ranges[0], new.then_case)
+        else_case = thread_branch.mark(ranges[1], new.else_case) if new.else_case is not None else None
+        return tirx.IfThenElse(new.condition, then_case, else_case, span=stmt.span)
 
     body = mutate_with_scope(
         func.body,

@@ -1,24 +1,27 @@
-"""Passes `expose_thread_branches` and `restore_thread_branches`: barriers for a branch that only the
-first n threads run (`if tx < n:` around tile ops, marked by `lower_tile_ops`).
+"""Passes `expose_thread_branches` and `restore_thread_branches`: barriers for thread branches, the
+`if tx < n:` / else, `if tx >= n:` or `if a <= tx < b:` around tile ops that `lower_tile_ops`
+marks with each side's threads [lo, hi).
 
 TVM's barrier insertion refuses thread-dependent branches: a `__syncthreads()` inside one would
 wait for threads that never come. So around it:
 
-1. `expose_thread_branches` (before barrier insertion) takes the condition away, leaving the
-   branch body under a `tl.thread_branch` mark, with a block barrier before and after it when it
+1. `expose_thread_branches` (before barrier insertion) takes the condition away, leaving the sides
+   in sequence under a mark each, and puts a block barrier before and after the branch when it
    touches shared memory. The barrier before orders the branch after every earlier access by the
-   other threads (a gemm of the other warpgroup still reading last iteration's scores); the one
-   after makes what it wrote visible to everyone.
-2. TVM inserts barriers as if every thread ran the body. Those inside the body order accesses
-   within the branch only: the barriers around it settle everything else.
+   other threads (a gemm of another warpgroup still reading last iteration's scores); the one after
+   makes what the branch wrote visible to everyone.
+2. TVM then inserts barriers inside either side as if every thread ran it. Those order accesses
+   within the side only: the barriers around the branch settle everything else (one TVM puts
+   between the two sides is dropped: they run side by side).
 3. `restore_thread_branches` (after barrier insertion) puts the condition back and turns the
-   barriers inside into named barriers over the branch's n threads (`bar.sync 4, n`; 4 + depth
-   for a branch inside another: ids 1-3 are the consumers' and the ping-pong turns').
+   barriers inside each side into named barriers over its threads, `bar.sync id, hi - lo`, one id
+   per distinct range from 4 up (0 is `__syncthreads`'s, 1 the consumers', 2-3 the ping-pong
+   turns').
 
-Before:  if tx < 128:               1: sync            3: sync
-             S[...] = ...              mark(n=128):       if tx < 128:
-                                           S[...] = ...       S[...] = ...
-                                       sync               sync
+Before:  if tx < 128:          1: sync                    3: sync
+             S[...] = ...         mark([0, 128)):            if tx < 128:
+                                      S[...] = ...               S[...] = ...
+                                  sync                       sync
 
 Requires: `lower_tile_ops` (the marks), shared memory merged. Guarantees: no `tl.thread_branch`
 attribute remains after `restore_thread_branches`.
@@ -26,20 +29,23 @@ attribute remains after `restore_thread_branches`.
 
 from __future__ import annotations
 
+import tvm
 import tvm_ffi
 from tvm import ir, tirx
 
-from tilelang.layout.fragment import substitute
+from tilelang.language.diagnostics import UserError
 from tilelang.utils.ir import extern, seq
 
-THREAD_BRANCH = "tl.thread_branch"
+THREAD_BRANCH = "tl.thread_branch"  # one side of a thread branch: node [lo, hi)
+_HIDDEN = "tl.thread_branch_condition"  # a branch whose condition is hidden: node the condition
+_DONE = "tl.thread_branch_done"  # a side whose barriers are named ones already
 _SHARED = ("shared", "shared.dyn")
-_FIRST_BARRIER_ID = 4
+_FIRST_BARRIER_ID, _LAST_BARRIER_ID = 4, 15
 
 
-def mark(condition, body):
-    """The then-branch `body` of `if tx < n` (`condition`), marked for the passes here."""
-    return tirx.AttrStmt(condition.a, THREAD_BRANCH, condition.b, body)
+def mark(rng, body):
+    """`body`, one side of a thread branch, run by threads [lo, hi) = `rng`."""
+    return tirx.AttrStmt(tvm.runtime.convert([int(rng[0]), int(rng[1])]), THREAD_BRANCH, 0, body)
 
 
 def _is_mark(stmt) -> bool:
@@ -79,38 +85,54 @@ def _is_block_sync(stmt) -> bool:
 
 def expose_thread_branches(func: tirx.PrimFunc) -> tirx.PrimFunc:
     def on_if(node):
-        if not _is_mark(node.then_case) or node.else_case is not None:
+        if not (_is_mark(node.then_case) or _is_mark(node.else_case)):
             return node
-        scopes = _shared_scopes(node.then_case.body)
+        scopes = set()
+        for case in (node.then_case, node.else_case):
+            scopes |= _shared_scopes(case) if case is not None else set()
         if not scopes:  # nothing to order: the branch goes back as it was
-            return tirx.IfThenElse(node.condition, node.then_case.body, None, span=node.span)
+            plain = [c.body if _is_mark(c) else c for c in (node.then_case, node.else_case)]
+            return tirx.IfThenElse(node.condition, plain[0], plain[1], span=node.span)
         # TVM's barrier insertion runs once per scope and counts only barriers of its own scope;
         # one barrier of the merged dynamic block orders the static tiles too.
         sync = _block_sync("shared.dyn" if "shared.dyn" in scopes else "shared")
-        # Inside, tx is tx % n (equal there): TVM's conflict analysis then sees the branch's
-        # threads only, not tiles the other threads' indices would reach.
-        mark_ = node.then_case
-        tx, n = mark_.node, mark_.value
-        body = substitute(mark_.body, {tx: tirx.floormod(tx, n)})
-        return seq([sync, tirx.AttrStmt(tx, THREAD_BRANCH, n, body), sync])
+        # The sides in sequence, as if every thread ran both (TVM's barrier insertion accepts no
+        # thread-dependent condition; a placeholder counts as one too).
+        sides = [c for c in (node.then_case, node.else_case) if c is not None]
+        flag = 1 if node.else_case is not None else 0
+        return seq([sync, tirx.AttrStmt(node.condition, _HIDDEN, flag, seq(sides)), sync])
 
     return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.IfThenElse, on_if)], order="post"))
 
 
 def restore_thread_branches(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    def restore(stmt, depth):
-        def on_attr(node, recurse):
-            if not _is_mark(node):
-                return recurse(node)
-            tx, n = node.node, node.value
-            body = tvm_ffi.structural_map(
-                restore(node.body, depth + 1),
-                [(tirx.FloorMod, lambda e: tx if e.a.same_as(tx) and tvm_ffi.structural_equal(e.b, n) else e)],
-            )
-            barrier = extern(f"tl::named_barrier_sync<{_FIRST_BARRIER_ID + depth}, {int(n)}>")
-            body = tvm_ffi.structural_map(body, [(tirx.Evaluate, lambda s: barrier if _is_block_sync(s) else s)])
-            return tirx.IfThenElse(tirx.LT(node.node, node.value), body, None)
+    ids: dict = {}  # (lo, hi) -> named barrier id, one per distinct range of the kernel
 
-        return tvm_ffi.structural_mutate(stmt, [(tirx.AttrStmt, lambda n, m: on_attr(n, m.default_mutate))])
+    def barrier_id(rng):
+        if rng not in ids:
+            if _FIRST_BARRIER_ID + len(ids) > _LAST_BARRIER_ID:
+                raise UserError(
+                    f"thread branches: barriers are needed inside more than "
+                    f"{_LAST_BARRIER_ID - _FIRST_BARRIER_ID + 1} different thread ranges (the GPU has 16 "
+                    f"named barriers); use fewer distinct `if tx < n` ranges that touch shared memory"
+                )
+            ids[rng] = _FIRST_BARRIER_ID + len(ids)
+        return ids[rng]
 
-    return func.with_body(restore(func.body, 0))
+    def on_attr(node, mutator):
+        body = mutator.default_mutate(node)  # inner branches first: their barriers are theirs
+        if _is_mark(node):  # (kept as a mark until its branch is rebuilt)
+            lo, hi = (int(x) for x in node.node)
+            bar = extern(f"tl::named_barrier_sync<{barrier_id((lo, hi))}, {hi - lo}>")
+            inner = tvm_ffi.structural_map(body.body, [(tirx.Evaluate, lambda s: bar if _is_block_sync(s) else s)])
+            return tirx.AttrStmt(node.node, _DONE, 0, inner)
+        if node.attr_key == _HIDDEN:
+            # The sides again; a barrier TVM put between them goes (they run side by side).
+            stmts = body.body.seq if isinstance(body.body, tirx.SeqStmt) else [body.body]
+            sides = [st.body for st in stmts if isinstance(st, tirx.AttrStmt) and st.attr_key == _DONE]
+            assert len(sides) == len([st for st in stmts if not _is_block_sync(st)]), "a thread branch's sides"
+            then_case, else_case = (sides[0], sides[1]) if int(node.value) else (sides[0], None)
+            return tirx.IfThenElse(node.node, then_case, else_case)
+        return body
+
+    return func.with_body(tvm_ffi.structural_mutate(func.body, [(tirx.AttrStmt, on_attr)]))

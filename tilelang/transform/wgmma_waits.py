@@ -35,6 +35,7 @@ from tvm import ir, tirx
 from tilelang.op import base, gemm_wgmma, wgmma_wait
 from tilelang.op import copy as copy_op
 from tilelang.op import gemm as gemm_op
+from tilelang.transform.common import branch_ranges
 from tilelang.utils.ir import collect, seq
 
 
@@ -106,36 +107,40 @@ class Waits:
         return [wgmma_wait.make(len(self.flight), fences)]
 
     def thread_branch(self, stmt):
-        """n when `stmt` is `if tx < n:` (n a multiple of a warpgroup below the thread count) with
-        no else: a branch of the first n threads, planned as a run of its own."""
-        if not isinstance(stmt, tirx.IfThenElse) or stmt.else_case is not None:
+        """The (then, else) thread ranges when `stmt` is a thread branch (`if tx < n:`, ...;
+        `common.branch_ranges`), each planned as a run of its own."""
+        if not isinstance(stmt, tirx.IfThenElse):
             return None
-        cond = stmt.condition
-        if not (isinstance(cond, tirx.LT) and isinstance(cond.b, tirx.IntImm) and cond.a.same_as(self.kernel.thread)):
+        ranges = branch_ranges(stmt.condition, self.kernel.thread, 0, self.kernel.threads)
+        if ranges is None or (stmt.else_case is not None and ranges[1] is None):
             return None
-        n = int(cond.b.value)
-        return n if n % 128 == 0 and 0 < n < self.kernel.threads else None
+        return ranges
 
-    def _branch(self, stmt, n, key, offset) -> list:
-        """A branch of the first n threads: its gemms run asynchronously inside it and are all
-        waited for by its end (the other threads never issued them: a later `wait<k>` counts the
-        same groups in every thread)."""
-        inner = Waits(replace(self.kernel, threads=n), self.flags)
-        body = []
-        for st in stmt.then_case.seq if isinstance(stmt.then_case, tirx.SeqStmt) else [stmt.then_case]:
-            body += inner.statement(st, key, offset)
-        body = fold(body + inner.drain(), self.flags)
-        return [tirx.IfThenElse(stmt.condition, seq(body), None, span=stmt.span)]
+    def _branch(self, stmt, ranges, key, offset) -> list:
+        """A thread branch: each side's gemms run asynchronously inside it and are all waited for
+        by its end (the other threads never issued them: a later `wait<k>` counts the same groups
+        in every thread)."""
+        sides = []
+        for case, (lo, hi) in ((stmt.then_case, ranges[0]), (stmt.else_case, ranges[1])):
+            if case is None:
+                sides.append(None)
+                continue
+            inner = Waits(replace(self.kernel, threads=hi - lo), self.flags)
+            body = []
+            for st in case.seq if isinstance(case, tirx.SeqStmt) else [case]:
+                body += inner.statement(st, key, offset)
+            sides.append(seq(fold(body + inner.drain(), self.flags)))
+        return [tirx.IfThenElse(stmt.condition, sides[0], sides[1], span=stmt.span)]
 
     def statement(self, stmt, key: int, offset: int = 0) -> list:
         g = self.async_gemm(stmt)
-        n = self.thread_branch(stmt) if g is None else None
-        if n is not None:
+        ranges = self.thread_branch(stmt) if g is None else None
+        if ranges is not None:
             touched, written = _buffers(stmt)
             out = self._wait_for(
                 lambda G: _has(touched, G.acc) or _has(written, G.a_regs) or any(_has(written, t) for t in G.reads)
             )
-            return out + self._branch(stmt, n, key, offset)
+            return out + self._branch(stmt, ranges, key, offset)
         if g is None:
             touched, written = _buffers(stmt)
             out = self._wait_for(

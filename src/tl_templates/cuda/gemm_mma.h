@@ -3,6 +3,8 @@
 // register layouts below are the ones tilelang's layout inference assumes (tilelang/op/gemm.py):
 //   C element (i, j): warp (i / (M/WarpM), j / (N/WarpN)), lane 4 * (i % 8) + (j % 8) / 2,
 //   register ((mi * NI + ni) * 4 + 2 * ((i % 16) / 8) + j % 2) with mi, ni the 16x8 atom in the warp tile.
+// The warp index is threadIdx.x / 32 modulo the WarpM * WarpN warps, so a gemm inside a branch of
+// threads [lo, lo + 32 * WarpM * WarpN) (lo a multiple of that) finds its warps the same way.
 #pragma once
 
 #include <cute/arch/mma_sm80.hpp>
@@ -226,7 +228,7 @@ template <int M, int N, int K, int WarpM, int WarpN, bool TransA, bool TransB, b
           int SwzA, int SwzB, typename TA, typename TB, typename TC>
 TL_DEVICE void gemm_ss(const TA* A, const TB* B, TC* C, bool clear = Clear) {
   using S = mma_detail::Shape<M, N, K, WarpM, WarpN, TA, TB, TC>;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % (WarpM * WarpN);
   const int row0 = (warp % WarpM) * S::WM, col0 = (warp / WarpM) * S::WN;
   mma_detail::clear<S>(C, clear);
   // Operands double-buffered in registers: step kt + 1 is read from shared memory while the
@@ -250,7 +252,7 @@ template <int M, int N, int K, int WarpM, int WarpN, bool TransA, bool TransB, b
 TL_DEVICE void gemm_rs(const TA* A, const TB* B, TC* C, bool clear = Clear) {
   using S = mma_detail::Shape<M, N, K, WarpM, WarpN, TA, TB, TC>;
   static_assert(!TransA, "an A operand in registers is not transposed");
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % (WarpM * WarpN);
   const int col0 = (warp / WarpM) * S::WN;
   mma_detail::clear<S>(C, clear);
 #pragma unroll
@@ -272,7 +274,7 @@ template <int M, int N, int K, int WarpM, int WarpN, bool TransA, bool TransB, b
 TL_DEVICE void gemm_sr(const TA* A, const TB* B, TC* C, bool clear = Clear) {
   using S = mma_detail::Shape<M, N, K, WarpM, WarpN, TA, TB, TC>;
   static_assert(!TransB, "a B operand in registers is not transposed");
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % (WarpM * WarpN);
   const int row0 = (warp % WarpM) * S::WM;
   mma_detail::clear<S>(C, clear);
 #pragma unroll

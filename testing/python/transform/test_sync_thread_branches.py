@@ -7,6 +7,7 @@ import re
 
 import pytest
 import torch
+import tvm_ffi
 from tvm import ir, tirx
 
 import tilelang
@@ -145,43 +146,60 @@ def _names(stmt):
         if isinstance(v, ir.Call) and isinstance(v.op, ir.Op):
             out.append(v.op.name if v.op.name != "tirx.call_extern" else str(v.args[0].value))
 
-    import tvm_ffi
-
     tvm_ffi.structural_walk(stmt, [(tirx.Evaluate, on_eval)])
     return out
 
 
-def test_expose_then_restore():
-    buf = tirx.decl_buffer((128,), "float32", "s", scope="shared.dyn")
+def _block_sync():
+    return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", ir.StringImm("shared.dyn")))
+
+
+def _add_sync_inside(stmt):
+    """What TVM's barrier insertion may do: a block barrier at the start of each marked side."""
+    return tvm_ffi.structural_map(
+        stmt,
+        [
+            (
+                tirx.AttrStmt,
+                lambda a: (
+                    tirx.AttrStmt(a.node, a.attr_key, a.value, tirx.SeqStmt([_block_sync(), a.body]))
+                    if a.attr_key == THREAD_BRANCH
+                    else a
+                ),
+            )
+        ],
+    )
+
+
+def test_expose_then_restore_if_else():
+    buf = tirx.decl_buffer((256,), "float32", "s", scope="shared.dyn")
 
     def body(tx):
-        store = tirx.BufferStore(buf, tirx.const(1.0, "float32"), [tx])
-        return tirx.IfThenElse(tx < 128, mark(tx < 128, store), None)
+        then = tirx.BufferStore(buf, tirx.const(1.0, "float32"), [tx])
+        other = tirx.BufferStore(buf, tirx.const(2.0, "float32"), [tx])
+        return tirx.IfThenElse(tx < 128, mark((0, 128), then), mark((128, 256), other))
 
     tx, func = _kernel(body)
-    exposed = expose_thread_branches(func).body.body
-    # Condition gone (TVM's barrier insertion sees plain code), barriers around, tx read as tx % n.
-    assert isinstance(exposed, tirx.SeqStmt) and len(exposed) == 3
-    assert _names(exposed[0]) == _names(exposed[2]) == ["tirx.tvm_storage_sync"]
-    assert exposed[1].attr_key == THREAD_BRANCH
-    assert isinstance(exposed[1].body.indices[0], tirx.FloorMod)
-    # What TVM's barrier insertion might add inside: a block barrier.
-    sync = tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", ir.StringImm("shared.dyn")))
-    inner = tirx.SeqStmt([sync, exposed[1].body])
-    func = func.with_body(
-        tirx.AttrStmt(
-            func.body.node,
-            "thread_extent",
-            256,
-            tirx.SeqStmt(
-                [exposed[0], tirx.AttrStmt(exposed[1].node, THREAD_BRANCH, exposed[1].value, inner), exposed[2]]
-            ),
-        )
+    exposed = expose_thread_branches(func)
+    top = exposed.body.body
+    # No condition left for TVM's barrier insertion; block barriers around the branch.
+    assert isinstance(top, tirx.SeqStmt) and len(top) == 3
+    assert _names(top[0]) == _names(top[2]) == ["tirx.tvm_storage_sync"]
+    assert not isinstance(top[1].body, tirx.IfThenElse)
+    # A barrier inside each side (and one between them, which goes) ...
+    hidden = top[1]
+    sides = _add_sync_inside(hidden.body)
+    hidden = tirx.AttrStmt(
+        hidden.node, hidden.attr_key, hidden.value, tirx.SeqStmt([sides[0], _block_sync(), sides[1]])
     )
-    restored = restore_thread_branches(func).body.body[1]
-    assert isinstance(restored, tirx.IfThenElse) and restored.condition.a.same_as(tx)
-    assert _names(restored.then_case) == ["tl::named_barrier_sync<4, 128>"]
-    assert restored.then_case[1].indices[0].same_as(tx)
+    func = exposed.with_body(
+        tirx.AttrStmt(exposed.body.node, "thread_extent", 256, tirx.SeqStmt([top[0], hidden, top[2]]))
+    )
+    branch = restore_thread_branches(func).body.body[1]
+    # ... become named barriers over each side's threads, with an id per range.
+    assert isinstance(branch, tirx.IfThenElse) and branch.condition.a.same_as(tx)
+    assert _names(branch.then_case) == ["tl::named_barrier_sync<4, 128>"]
+    assert _names(branch.else_case) == ["tl::named_barrier_sync<5, 128>"]
 
 
 def test_branch_without_shared_memory_gets_no_barriers():
@@ -189,11 +207,69 @@ def test_branch_without_shared_memory_gets_no_barriers():
 
     def body(tx):
         store = tirx.BufferStore(buf, tirx.const(1.0, "float32"), [0])
-        return tirx.IfThenElse(tx < 128, mark(tx < 128, store), None)
+        return tirx.IfThenElse(tx < 128, mark((0, 128), store), None)
 
     _, func = _kernel(body)
     out = expose_thread_branches(func).body.body
     assert isinstance(out, tirx.IfThenElse) and isinstance(out.then_case, tirx.BufferStore)
+
+
+def two_gemms(threads=256, split=128):
+    """Warpgroup 0 writes row maxes of A·Aᵀ, the others row sums of the same product."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, 2), "float32")):
+        with T.Kernel(1, threads=threads):
+            A_s = T.alloc_shared((M, N), "float16")
+            S = T.alloc_fragment((M, N), "float32")
+            S2 = T.alloc_fragment((M, N), "float32")
+            m = T.alloc_fragment((M,), "float32")
+            t = T.alloc_fragment((M,), "float32")
+            T.copy(A, A_s)
+            if T.get_thread_binding() < split:
+                T.gemm(A_s, A_s, S, transpose_B=True, clear_accum=True)
+                T.reduce_max(S, m, dim=1)
+                T.copy(m, B[:, 0])
+            else:
+                T.gemm(A_s, A_s, S2, transpose_B=True, clear_accum=True)
+                T.reduce_sum(S2, t, dim=1)
+                T.copy(t, B[:, 1])
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_else_side_counts_its_threads_from_its_first(target):
+    kernel = tilelang.compile(two_gemms(), out_idx=[1], target=target)
+    src = kernel.get_kernel_source()
+    assert "} else {" in src
+    if target == "sm_90a":  # the else side's gemm: warpgroup 1 is its warpgroup 0
+        assert re.search(r"tl::wgmma_ss<64, 64, 64, 1, 1,[^;]*, \(warpgroup - 1\)\);", src)
+    cuda.compile_object(src, kernel.target)
+
+
+def test_gemm_branch_off_a_warpgroup_is_an_error():
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=192):
+            A_s = T.alloc_shared((M, N), "float16")
+            S = T.alloc_fragment((M, N), "float32")
+            T.copy(A, A_s)
+            if T.get_thread_binding() >= 64:  # threads [64, 192): 128 of them, off a warpgroup
+                T.gemm(A_s, A_s, S, transpose_B=True, clear_accum=True)
+                T.copy(S, B)
+
+    with pytest.raises(UserError, match="starts at thread 64, not a multiple of 128"):
+        tilelang.compile(main, out_idx=[1], target="sm_90a")
+
+
+@pytest.mark.gpu
+def test_two_sides_on_gpu():
+    kernel = tilelang.compile(two_gemms(), out_idx=[1])
+    a = torch.randn(M, N, device="cuda", dtype=torch.float16)
+    s = a.float() @ a.float().T
+    ref = torch.stack([s.max(dim=1).values, s.sum(dim=1)], dim=1)
+    torch.testing.assert_close(kernel(a), ref, rtol=1e-3, atol=1e-2)
 
 
 @pytest.mark.gpu
