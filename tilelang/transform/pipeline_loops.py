@@ -303,6 +303,12 @@ def pipeline_loops(func: tirx.PrimFunc) -> tirx.PrimFunc:
             out = recurse(loop)
             depth[0] -= 1
             return out
+        if scope.thread_range is not None:
+            raise at_span(
+                "T.Pipelined inside a thread branch (`if tx < n:` and the like) is not supported: the "
+                "pipeline's barriers count on every thread of the block; put the branch inside the loop",
+                loop.span,
+            )
         tx, threads = scope.threads.get("threadIdx.x", (None, 1))
         kernel = checks.Kernel(
             func,

@@ -4,6 +4,7 @@ sm_90a and the library links (no GPU needed)."""
 
 import re
 
+import dynamic_kernels
 import pytest
 import tvm_ffi
 
@@ -11,41 +12,11 @@ import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
 
-
-@tilelang.jit(out_idx=[-1], target="sm_80")
-def vector_add(block=1024, threads=256, symbol_dtype="int32"):
-    N = T.dynamic("n", symbol_dtype)
-
-    @T.prim_func
-    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"), C: T.Tensor((N,), "float32")):
-        with T.Kernel(T.ceildiv(N, block), threads=threads) as bx:
-            for i in T.Parallel(block):
-                C[bx * block + i] = A[bx * block + i] + B[bx * block + i]
-
-    return main
+vector_add = tilelang.jit(out_idx=[-1], target="sm_80")(dynamic_kernels.vector_add)
 
 
 def matmul_dynamic_m(N, K, block_M=128, block_N=128, block_K=32, symbol_dtype="int32"):
-    return _matmul(T.dynamic("m", symbol_dtype), N, K, block_M, block_N, block_K, num_stages=3)
-
-
-def _matmul(M, N, K, block_M, block_N, block_K, num_stages):
-    """The example GEMM over any mix of static and dynamic M, N, K."""
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-            A_shared = T.alloc_shared((block_M, block_K), "float16")
-            B_shared = T.alloc_shared((block_K, block_N), "float16")
-            C_local = T.alloc_fragment((block_M, block_N), "float32")
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                T.copy(A[by * block_M, k * block_K], A_shared)
-                T.copy(B[k * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C[by * block_M, bx * block_N])
-
-    return main
+    return dynamic_kernels.matmul(T.dynamic("m", symbol_dtype), N, K, block_M, block_N, block_K, num_stages=3)
 
 
 def _body(src: str) -> str:
@@ -119,7 +90,7 @@ def test_dynamic_library_builds_links_and_loads(tmp_path):
 
 
 def matmul_all_dynamic(block_M=64, block_N=64, block_K=32):
-    return _matmul(*T.dynamic("m, n, k"), block_M, block_N, block_K, num_stages=2)
+    return dynamic_kernels.matmul(*T.dynamic("m, n, k"), block_M, block_N, block_K, num_stages=2)
 
 
 def test_gemm_with_every_dimension_dynamic_guards_and_compiles():

@@ -1,6 +1,7 @@
 """Dynamic shapes on the GPU: one compiled kernel serves every size and matches torch (skipped without a
 GPU). Outputs with a dynamic dimension are allocated from the inputs' sizes."""
 
+import dynamic_kernels
 import pytest
 import torch
 
@@ -10,17 +11,7 @@ import tilelang.language as T
 pytestmark = pytest.mark.gpu
 
 
-@tilelang.jit(out_idx=[-1])
-def vector_add(block=1024, threads=256, symbol_dtype="int32"):
-    N = T.dynamic("n", symbol_dtype)
-
-    @T.prim_func
-    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"), C: T.Tensor((N,), "float32")):
-        with T.Kernel(T.ceildiv(N, block), threads=threads) as bx:
-            for i in T.Parallel(block):
-                C[bx * block + i] = A[bx * block + i] + B[bx * block + i]
-
-    return main
+vector_add = tilelang.jit(out_idx=[-1])(dynamic_kernels.vector_add)
 
 
 @pytest.mark.parametrize("n", [0, 1, 1000, 1024, 1000003])
@@ -58,22 +49,7 @@ def test_host_launcher_rejects_a_mismatched_output_with_a_clear_error():
 @tilelang.jit(out_idx=[-1])
 def matmul_dynamic_m(N, K, block_M=128, block_N=128, block_K=32, num_stages=3, dtype="float16", accum="float"):
     """examples/gemm/example_gemm.py's kernel with a dynamic M."""
-    M = T.dynamic("m")
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-            A_shared = T.alloc_shared((block_M, block_K), dtype)
-            B_shared = T.alloc_shared((block_K, block_N), dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                T.copy(A[by * block_M, k * block_K], A_shared)
-                T.copy(B[k * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C[by * block_M, bx * block_N])
-
-    return main
+    return dynamic_kernels.matmul(T.dynamic("m"), N, K, block_M, block_N, block_K, num_stages, dtype, accum)
 
 
 @pytest.mark.parametrize("M", [1, 127, 4096])

@@ -281,3 +281,48 @@ def test_branch_on_gpu(target_threads):
     s = a.float() @ a.float().T
     ref = s.max(dim=1).values[:, None].expand(M, N)
     torch.testing.assert_close(kernel(a), ref, rtol=1e-3, atol=1e-3)
+
+
+def test_pipelined_loop_inside_a_branch_is_an_error():
+    @T.prim_func
+    def main(A: T.Tensor((M, 256), "float16"), B: T.Tensor((256, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=256):
+            A_s = T.alloc_shared((M, 64), "float16")
+            B_s = T.alloc_shared((64, N), "float16")
+            S = T.alloc_fragment((M, N), "float32")
+            if T.get_thread_binding() < 128:
+                T.clear(S)
+                for k in T.Pipelined(4, num_stages=2):
+                    T.copy(A[0, k * 64], A_s)
+                    T.copy(B[k * 64, 0], B_s)
+                    T.gemm(A_s, B_s, S)
+                T.copy(S, C)
+
+    with pytest.raises(UserError, match="T.Pipelined inside a thread branch"):
+        tilelang.compile(main, out_idx=[2], target="sm_90a")
+
+
+def nested(threads=256):
+    """Threads [0, 64) of the first warpgroup's branch double A through a fragment."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=threads):
+            A_s = T.alloc_shared((M, N), "float16")
+            S = T.alloc_fragment((M, N), "float32")
+            tx = T.get_thread_binding()
+            T.copy(A, A_s)
+            if tx < 128:
+                if tx < 64:
+                    for i, j in T.Parallel(M, N):
+                        S[i, j] = A_s[i, j] * 2.0
+                    T.copy(S, B)
+
+    return main
+
+
+@pytest.mark.gpu
+def test_nested_branch_on_gpu():
+    kernel = tilelang.compile(nested(), out_idx=[1])
+    a = torch.randn(M, N, device="cuda", dtype=torch.float16)
+    torch.testing.assert_close(kernel(a), a.float() * 2)
