@@ -101,22 +101,7 @@ def test_copy_of_a_whole_dynamic_tensor(m):
 
 @tilelang.jit(out_idx=[-1])
 def matmul_all_dynamic(block_M=64, block_N=64, block_K=32, num_stages=2):
-    M, N, K = T.dynamic("m, n, k")
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-            A_shared = T.alloc_shared((block_M, block_K), "float16")
-            B_shared = T.alloc_shared((block_K, block_N), "float16")
-            C_local = T.alloc_fragment((block_M, block_N), "float32")
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                T.copy(A[by * block_M, k * block_K], A_shared)
-                T.copy(B[k * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C[by * block_M, bx * block_N])
-
-    return main
+    return dynamic_kernels.matmul(*T.dynamic("m, n, k"), block_M, block_N, block_K, num_stages)
 
 
 @pytest.mark.parametrize("M,N,K", [(1, 1, 1), (65, 130, 33), (256, 192, 512)])
