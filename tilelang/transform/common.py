@@ -138,14 +138,17 @@ def _thread_bound(cond, index):
 def branch_ranges(cond, index, lo: int, hi: int):
     """For threads [lo, hi) with thread index `index`: ((lo_then, hi_then), (lo_else, hi_else))
     when `cond` is `tx < n`, `tx >= n` (else the other part) or `a <= tx and tx < b` (its else
-    None: not one range), every range warp-aligned, non-empty and inside [lo, hi); else None."""
+    None unless [a, b) starts or ends [lo, hi)), every range warp-aligned, non-empty and inside
+    [lo, hi); else None."""
     if isinstance(cond, tirx.And):
         parts = [_thread_bound(c, index) for c in (cond.a, cond.b)]
         if None in parts or {p[0] for p in parts} != {"<", ">="}:
             return None
-        a = next(n for op, n in parts if op == ">=")
-        b = next(n for op, n in parts if op == "<")
-        ranges = ((max(a, lo), min(b, hi)), None)
+        a = max(next(n for op, n in parts if op == ">="), lo)
+        b = min(next(n for op, n in parts if op == "<"), hi)
+        # The else is one range when [a, b) starts or ends the threads here (an `elif`).
+        other = (b, hi) if a == lo and b < hi else (lo, a) if b == hi and a > lo else None
+        ranges = ((a, b), other)
     else:
         bound = _thread_bound(cond, index)
         if bound is None:

@@ -201,6 +201,12 @@ def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
             return new.then_case
         if ranges is None:
             return new
+        if new.else_case is not None and ranges[1] is None:
+            raise at_span(
+                "the else of `if a <= tx < b:` runs on threads on both sides of [a, b); tile ops there "
+                "need one range of threads: write two branches (`if tx < a:` ... `elif tx >= b:`)",
+                stmt.span,
+            )
         # Each side marked with its threads: barriers around the branch (`sync_thread_branches`).
         then_case = thread_branch.mark(ranges[0], new.then_case)
         else_case = thread_branch.mark(ranges[1], new.else_case) if new.else_case is not None else None

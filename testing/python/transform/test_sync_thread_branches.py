@@ -326,3 +326,69 @@ def test_nested_branch_on_gpu():
     kernel = tilelang.compile(nested(), out_idx=[1])
     a = torch.randn(M, N, device="cuda", dtype=torch.float16)
     torch.testing.assert_close(kernel(a), a.float() * 2)
+
+
+def three_roles():
+    """Warpgroup 0: row maxes of A·Aᵀ; warpgroup 1: its row sums; warpgroup 2: row sums of A."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, 3), "float32")):
+        with T.Kernel(1, threads=384):
+            A_s = T.alloc_shared((M, N), "float16")
+            S = T.alloc_fragment((M, N), "float32")
+            S2 = T.alloc_fragment((M, N), "float32")
+            F = T.alloc_fragment((M, N), "float32")
+            m = T.alloc_fragment((M,), "float32")
+            t = T.alloc_fragment((M,), "float32")
+            u = T.alloc_fragment((M,), "float32")
+            T.copy(A, A_s)
+            tx = T.get_thread_binding()
+            if tx < 128:
+                T.gemm(A_s, A_s, S, transpose_B=True, clear_accum=True)
+                T.reduce_max(S, m, dim=1)
+                T.copy(m, B[:, 0])
+            elif tx >= 128 and tx < 256:
+                T.gemm(A_s, A_s, S2, transpose_B=True, clear_accum=True)
+                T.reduce_sum(S2, t, dim=1)
+                T.copy(t, B[:, 1])
+            else:
+                for i, j in T.Parallel(M, N):
+                    F[i, j] = A_s[i, j]
+                T.reduce_sum(F, u, dim=1)
+                T.copy(u, B[:, 2])
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_elif_chain_of_warpgroups(target):
+    kernel = tilelang.compile(three_roles(), out_idx=[1], target=target)
+    src = kernel.get_kernel_source()
+    if target == "sm_90a":
+        assert "(warpgroup - 1))" in src  # the middle side's gemm
+    cuda.compile_object(src, kernel.target)
+
+
+def test_else_of_a_middle_range_is_an_error():
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=384):
+            F = T.alloc_fragment((M, N), "float32")
+            tx = T.get_thread_binding()
+            if tx >= 128 and tx < 256:
+                T.copy(A, B)
+            else:
+                T.copy(A, F)
+                T.copy(F, B)
+
+    with pytest.raises(UserError, match="both sides of"):
+        tilelang.compile(main, out_idx=[1], target="sm_90a")
+
+
+@pytest.mark.gpu
+def test_three_roles_on_gpu():
+    kernel = tilelang.compile(three_roles(), out_idx=[1])
+    a = torch.randn(M, N, device="cuda", dtype=torch.float16)
+    s = a.float() @ a.float().T
+    ref = torch.stack([s.max(dim=1).values, s.sum(dim=1), a.float().sum(dim=1)], dim=1)
+    torch.testing.assert_close(kernel(a), ref, rtol=1e-3, atol=1e-2)

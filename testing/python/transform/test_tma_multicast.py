@@ -81,7 +81,7 @@ def test_mla_head_blocks_share_the_latent_kv_tile():
     cuda.compile_object(src, kernel.target)
 
 
-@pytest.mark.parametrize("cluster,order", itertools.product([0, 1], [0, 1]))
+@pytest.mark.parametrize("cluster,order", list(itertools.product([0, 1], [0, 1])))
 def test_block_remap_keeps_the_pairs_together(cluster, order):
     gx, gy, panel = 6, 8, 4
     bx, by = tirx.Var("bx", "int32"), tirx.Var("by", "int32")
