@@ -39,6 +39,7 @@ _HEADERS = [
     ("tl::wgmma_", "gemm_wgmma.h"),
     ("tl::cp_async", "copy_async.h"),
     ("tl::mbarrier_", "tma.h"),
+    ("tl::setmaxnreg_", "tma.h"),
 ]
 
 
@@ -51,7 +52,8 @@ def _with_headers(code: str) -> str:
     lines = ['#include "tl_templates/cuda/common.h"']
     if any(int(n) // int(wg_n) not in N_SIZES for n, wg_n in _WGMMA_CALL.findall(code)):
         lines.insert(0, "#define TL_WGMMA_EXTENDED_N 1  // a wgmma N only CuTe's extended atoms have")
-    lines += [f'#include "tl_templates/cuda/{h}"' for name, h in _HEADERS if name in code]
+    needed = [h for name, h in _HEADERS if name in code]
+    lines += [f'#include "tl_templates/cuda/{h}"' for h in dict.fromkeys(needed)]  # each once, in order
     return "\n".join(lines) + "\n" + code
 
 

@@ -61,6 +61,13 @@ from tilelang.language.allocate import (  # noqa: F401
     alloc_var,
 )
 from tilelang.language.annotations import Fragment, annotate_layout, use_swizzle  # noqa: F401
+from tilelang.language.barriers import (  # noqa: F401
+    alloc_barrier,
+    barrier_arrive,
+    barrier_wait,
+    set_max_nreg,
+    tma_copy,
+)
 from tilelang.language.dtypes import (  # noqa: F401
     bfloat16,
     boolean,

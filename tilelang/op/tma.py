@@ -38,10 +38,14 @@ _MAX_BOX = 256
 _TENSOR_MAP_TYPE = ir.PointerType(tirx.TensorMapType(), "global")  # what T.handle("tensormap") declares
 
 
-def make(src: base.Region, dst: base.Region, barrier, multicast: bool = False) -> tirx.Stmt:
+def make(src: base.Region, dst: base.Region, barrier, multicast: bool = False, one_thread: bool = False) -> tirx.Stmt:
     """The copy; with `multicast`, in a 2-block cluster whose blocks copy the same tile: each
-    block loads half of its boxes into both blocks' shared memory (`can_multicast`)."""
-    args = [src.to_ir(), dst.to_ir(), barrier] + ([tirx.const(1, "int32")] if multicast else [])
+    block loads half of its boxes into both blocks' shared memory (`can_multicast`). With
+    `one_thread` (`T.tma_copy`), the first of the threads running it issues it; otherwise the
+    caller has put it under such a condition."""
+    args = [src.to_ir(), dst.to_ir(), barrier]
+    if multicast or one_thread:
+        args += [tirx.const(int(multicast), "int32"), tirx.const(int(one_thread), "int32")]
     return tirx.Evaluate(base.make_call(NAME, args))
 
 
@@ -221,6 +225,7 @@ def lower(call, ctx, span=None) -> tirx.Stmt:
     stmts = [extern("tl::mbarrier_arrive_expect_tx", barrier, tirx.const(tile.tile_bytes, "uint32"))]
     boxes = tile.cols // width
     multicast = len(call.args) > 3 and const_int(call.args[3]) == 1
+    one_thread = len(call.args) > 4 and const_int(call.args[4]) == 1
     if multicast:  # this block's half of the boxes, into both blocks of the cluster
         first = tirx.call_extern("int32", "tl::cluster_rank") * tirx.const(boxes // 2, "int32")
         panels = [first + q if q else first for q in range(boxes // 2)]
@@ -235,4 +240,6 @@ def lower(call, ctx, span=None) -> tirx.Stmt:
             stmts.append(extern("tl::tma_load_multicast", tmap, barrier, smem, tirx.const(3, "uint16"), *c))
         else:
             stmts.append(extern("tl::tma_load", tmap, barrier, smem, *c))
+    if one_thread:
+        return tirx.IfThenElse(ctx.thread == 0, seq(stmts), None)
     return seq(stmts)

@@ -26,10 +26,12 @@ from tilelang.utils.target import determine_target
 
 _EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples")
 sys.path[:0] = [os.path.join(_EXAMPLES, d) for d in ("flash_attention", "deepseek_mla", "gemm")]
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "language"))
 import example_gemm as gemm  # noqa: E402
 import example_gemm_persistent as gemm_persistent  # noqa: E402
 import example_mha_fwd_bshd as fa  # noqa: E402
 import example_mla_decode as mla  # noqa: E402
+import test_barriers as hand_written  # noqa: E402
 
 
 class ProtocolError(AssertionError):
@@ -194,6 +196,11 @@ def _call(call, env, block, tx, consumed):
         block.mbar[_key(args[0], env)] = [_int(args[1], env), 0, 0, 0]
     elif name == "tl::mbarrier_arrive_expect_tx":
         block.arrive(_key(args[0], env), _int(args[1], env))
+    elif name == "tl::mbarrier_arrive":  # every thread of the warp (T.barrier_arrive)
+        bar = _key(args[0], env)
+        _release(block, tx, bar)
+        for _ in range(32):
+            block.arrive(bar)
     elif name in ("tl::mbarrier_arrive_warp", "tl::mbarrier_arrive_cluster_warp"):
         bar = _key(args[0], env)
         _release(block, tx, bar)
@@ -211,6 +218,9 @@ def _call(call, env, block, tx, consumed):
         if bar not in block.mbar:
             raise ProtocolError(f"warp {tx // 32} waits on {bar} before its initialization")
         yield lambda: block.mbar[bar][2] % 2 != parity
+        if bar not in consumed and block.mbar[bar][2] == 0 and parity == 1:
+            consumed[bar] = 0  # parity 1 on a fresh barrier: the phase "before the first", at once
+            return
         want = consumed.get(bar, 0) + 1
         if block.mbar[bar][2] != want:
             raise ProtocolError(
@@ -591,3 +601,17 @@ def test_exiting_without_the_cluster_barrier_is_caught():
     with pytest.raises(ProtocolError, match="after it exited"):
         run_cluster(broken, threads, [_by(0, 0), _by(0, 1)], 0, lead=True)
     run_cluster(kernel, threads, [_by(0, 0), _by(0, 1)], 0, lead=True)  # the exit barrier waits for it
+
+
+def test_hand_written_warp_specialization():
+    """T.alloc_barrier / T.barrier_* / T.tma_copy in thread branches: the producer refills the
+    tiles only once every consumer thread has arrived on k_empty."""
+    _check(hand_written.ws_gemm(), [_bx(0)], seeds=5)
+
+
+def test_hand_written_producer_that_does_not_wait_is_caught():
+    kernel, threads = _device_kernel(hand_written.ws_gemm())
+    broken = _without(kernel, "tl::mbarrier_wait", lambda name: name == "k_empty")
+    with pytest.raises(ProtocolError):
+        for seed in range(5):
+            run_block(broken, threads, _bx(0), seed)

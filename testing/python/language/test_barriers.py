@@ -1,0 +1,78 @@
+"""Hand-written warp specialization: T.alloc_barrier, T.barrier_arrive / T.barrier_wait,
+T.tma_copy (one thread issues it; its bytes complete on the barrier), T.set_max_nreg, in thread
+branches. A GEMM whose second warpgroup loads each K step by TMA and whose first multiplies."""
+
+import re
+
+import pytest
+import torch
+
+import tilelang
+import tilelang.language as T
+from tilelang.codegen import cuda
+from tilelang.language.diagnostics import UserError
+
+
+def ws_gemm(M=64, N=64, K=256, block_K=64):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=256):
+            A_s = T.alloc_shared((M, block_K), "float16")
+            B_s = T.alloc_shared((block_K, N), "float16")
+            C_f = T.alloc_fragment((M, N), "float32")
+            k_full = T.alloc_barrier(2)  # the two copies' expect-tx arrivals
+            k_empty = T.alloc_barrier(128)  # every consumer thread
+            tx = T.get_thread_binding()
+            if tx < 128:
+                T.set_max_nreg(240, 1)
+                T.clear(C_f)
+                for k in T.serial(K // block_K):
+                    T.barrier_wait(k_full, k % 2)
+                    T.gemm(A_s, B_s, C_f)
+                    T.barrier_arrive(k_empty)
+                T.copy(C_f, C)
+            else:
+                T.set_max_nreg(40, 0)
+                for k in T.serial(K // block_K):
+                    T.barrier_wait(k_empty, (k + 1) % 2)  # passes at once for k = 0
+                    T.tma_copy(A[0:M, k * block_K : (k + 1) * block_K], A_s, barrier=k_full)
+                    T.tma_copy(B[k * block_K : (k + 1) * block_K, 0:N], B_s, barrier=k_full[0])
+
+    return main
+
+
+def test_generated_code():
+    kernel = tilelang.compile(ws_gemm(), out_idx=[2], target="sm_90a")
+    src = kernel.get_kernel_source()
+    # Initialized by thread 0 before everyone may use them.
+    init = src.index("tl::mbarrier_init")
+    assert src.index("__syncthreads();", init) < src.index("if (((int)threadIdx.x) < 128)")
+    assert "tl::setmaxnreg_inc<240>();" in src and "tl::setmaxnreg_dec<40>();" in src
+    assert "tl::wgmma_ss<64, 64, 64, 1, 1," in src
+    # The producer's first thread (thread 128) issues the copies, on the barrier of `k_full`.
+    producer = src[src.index("} else {") :]
+    assert re.search(r"if \(\(\(int\)threadIdx.x\) == 128\) \{\s*tl::mbarrier_arrive_expect_tx", producer)
+    assert producer.count("tl::tma_load(") == 2
+    assert "tl::mbarrier_arrive((&(k_empty" in src
+    cuda.compile_object(src, kernel.target)
+
+
+def test_bad_arguments():
+    with pytest.raises(UserError, match="multiple of 8"):
+        T.set_max_nreg(100, 1)
+
+    with pytest.raises(UserError, match="positive ints"):
+
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=128):
+                bar = T.alloc_barrier(0)
+                T.barrier_arrive(bar)
+
+
+@pytest.mark.gpu
+def test_ws_gemm_on_gpu():
+    kernel = tilelang.compile(ws_gemm(), out_idx=[2])
+    a = torch.randn(64, 256, device="cuda", dtype=torch.float16)
+    b = torch.randn(256, 64, device="cuda", dtype=torch.float16)
+    torch.testing.assert_close(kernel(a, b), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
