@@ -13,36 +13,45 @@ from tilelang.codegen import cuda
 from tilelang.language.diagnostics import UserError
 
 
-def ws_gemm(M=64, N=64, K=256, block_K=64):
+def ws_gemm(M=64, N=64, K=512, block_K=64, stages=2):
+    """`stages` buffers of each tile, each with a full barrier (the two copies' expect-tx
+    arrivals) and an empty one (every consumer thread)."""
+
     @T.prim_func
     def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
         with T.Kernel(1, threads=256):
-            A_s = T.alloc_shared((M, block_K), "float16")
-            B_s = T.alloc_shared((block_K, N), "float16")
+            A_s = T.alloc_shared((stages, M, block_K), "float16")
+            B_s = T.alloc_shared((stages, block_K, N), "float16")
             C_f = T.alloc_fragment((M, N), "float32")
-            k_full = T.alloc_barrier(2)  # the two copies' expect-tx arrivals
-            k_empty = T.alloc_barrier(128)  # every consumer thread
+            k_full = T.alloc_barrier([2] * stages)
+            k_empty = T.alloc_barrier([128] * stages)
             tx = T.get_thread_binding()
             if tx < 128:
                 T.set_max_nreg(240, 1)
                 T.clear(C_f)
                 for k in T.serial(K // block_K):
-                    T.barrier_wait(k_full, k % 2)
-                    T.gemm(A_s, B_s, C_f)
-                    T.barrier_arrive(k_empty)
+                    T.barrier_wait(k_full[k % stages], k // stages % 2)
+                    T.gemm(A_s[k % stages, :, :], B_s[k % stages, :, :], C_f)
+                    T.barrier_arrive(k_empty[k % stages])
                 T.copy(C_f, C)
             else:
                 T.set_max_nreg(40, 0)
                 for k in T.serial(K // block_K):
-                    T.barrier_wait(k_empty, (k + 1) % 2)  # passes at once for k = 0
-                    T.tma_copy(A[0:M, k * block_K : (k + 1) * block_K], A_s, barrier=k_full)
-                    T.tma_copy(B[k * block_K : (k + 1) * block_K, 0:N], B_s, barrier=k_full[0])
+                    # Parity 1 on a fresh barrier passes at once: the first round needs no wait.
+                    T.barrier_wait(k_empty[k % stages], (k // stages + 1) % 2)
+                    T.tma_copy(
+                        A[0:M, k * block_K : (k + 1) * block_K], A_s[k % stages, :, :], barrier=k_full[k % stages]
+                    )
+                    T.tma_copy(
+                        B[k * block_K : (k + 1) * block_K, 0:N], B_s[k % stages, :, :], barrier=k_full[k % stages]
+                    )
 
     return main
 
 
-def test_generated_code():
-    kernel = tilelang.compile(ws_gemm(), out_idx=[2], target="sm_90a")
+@pytest.mark.parametrize("stages", [1, 2])
+def test_generated_code(stages):
+    kernel = tilelang.compile(ws_gemm(stages=stages), out_idx=[2], target="sm_90a")
     src = kernel.get_kernel_source()
     # Initialized by thread 0 before everyone may use them.
     init = src.index("tl::mbarrier_init")
@@ -71,8 +80,9 @@ def test_bad_arguments():
 
 
 @pytest.mark.gpu
-def test_ws_gemm_on_gpu():
-    kernel = tilelang.compile(ws_gemm(), out_idx=[2])
-    a = torch.randn(64, 256, device="cuda", dtype=torch.float16)
-    b = torch.randn(256, 64, device="cuda", dtype=torch.float16)
+@pytest.mark.parametrize("stages", [1, 2])
+def test_ws_gemm_on_gpu(stages):
+    kernel = tilelang.compile(ws_gemm(stages=stages), out_idx=[2])
+    a = torch.randn(64, 512, device="cuda", dtype=torch.float16)
+    b = torch.randn(512, 64, device="cuda", dtype=torch.float16)
     torch.testing.assert_close(kernel(a, b), a.float() @ b.float(), rtol=1e-2, atol=1e-2)

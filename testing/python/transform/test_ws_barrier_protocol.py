@@ -603,10 +603,11 @@ def test_exiting_without_the_cluster_barrier_is_caught():
     run_cluster(kernel, threads, [_by(0, 0), _by(0, 1)], 0, lead=True)  # the exit barrier waits for it
 
 
-def test_hand_written_warp_specialization():
-    """T.alloc_barrier / T.barrier_* / T.tma_copy in thread branches: the producer refills the
-    tiles only once every consumer thread has arrived on k_empty."""
-    _check(hand_written.ws_gemm(), [_bx(0)], seeds=5)
+@pytest.mark.parametrize("stages", [1, 2])
+def test_hand_written_warp_specialization(stages):
+    """T.alloc_barrier / T.barrier_* / T.tma_copy in thread branches: the producer refills a
+    stage only once every consumer thread has arrived on its k_empty."""
+    _check(hand_written.ws_gemm(stages=stages), [_bx(0)], seeds=5)
 
 
 def test_hand_written_producer_that_does_not_wait_is_caught():
