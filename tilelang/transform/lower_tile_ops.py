@@ -39,7 +39,7 @@ from tilelang.transform.infer_layout import (
     SHARED_LAYOUTS,
     shared_layout_from_ir,
 )
-from tilelang.utils.ir import seq
+from tilelang.utils.ir import extern_name, seq
 
 _OP_LOWERINGS = {
     reduce_op.NAME: reduce_op.lower,
@@ -205,6 +205,12 @@ def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
             raise at_span(
                 "the else of `if a <= tx < b:` runs on threads on both sides of [a, b); tile ops there "
                 "need one range of threads: write two branches (`if tx < a:` ... `elif tx >= b:`)",
+                stmt.span,
+            )
+        if any(extern_name(st) == "__syncthreads" for st in collect(stmt, tirx.Evaluate)):
+            raise at_span(
+                "a block-wide barrier inside a thread branch (`if tx < n:` and the like) waits for "
+                "threads that never come; allocate barriers (T.alloc_barrier) outside the branch",
                 stmt.span,
             )
         # Each side marked with its threads: barriers around the branch (`sync_thread_branches`).

@@ -86,3 +86,15 @@ def test_ws_gemm_on_gpu(stages):
     a = torch.randn(64, 512, device="cuda", dtype=torch.float16)
     b = torch.randn(512, 64, device="cuda", dtype=torch.float16)
     torch.testing.assert_close(kernel(a, b), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_barrier_allocated_inside_a_thread_branch_is_an_error():
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=256):
+            if T.get_thread_binding() < 128:
+                bar = T.alloc_barrier(128)
+                T.barrier_arrive(bar)
+
+    with pytest.raises(UserError, match="outside the branch"):
+        tilelang.compile(main, target="sm_90a")
