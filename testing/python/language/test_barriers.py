@@ -98,3 +98,8 @@ def test_barrier_allocated_inside_a_thread_branch_is_an_error():
 
     with pytest.raises(UserError, match="outside the branch"):
         tilelang.compile(main, target="sm_90a")
+
+
+def test_needs_hopper():
+    with pytest.raises(UserError, match=r"need Hopper \(sm_90a\); this kernel compiles for sm_80"):
+        tilelang.compile(ws_gemm(), out_idx=[2], target="sm_80")
