@@ -104,22 +104,23 @@ class Scope:
         """lo of the thread branch here (0 outside one)."""
         return self.thread_range[0] if self.thread_range is not None else 0
 
+    def _threads_here(self):
+        """(the kernel's thread index, lo, hi): the threads [lo, hi) running the code here."""
+        index, count = self.block_thread()
+        lo, hi = self.thread_range or (0, count)
+        return index, lo, hi
+
     def branch_ranges(self, cond):
         """The thread ranges of `if cond:` and of its else, when `cond` splits the threads here
         (see `branch_ranges`), else None."""
-        if not self.threads:
-            return None
-        index, count = self.block_thread()
-        lo, hi = self.thread_range or (0, count)
-        return branch_ranges(cond, index, lo, hi)
+        return branch_ranges(cond, *self._threads_here()) if self.threads else None
 
     def covers_all_threads(self, cond) -> bool:
         """Whether `cond` is `tx < n` with n at least the last thread here, or `tx >= n` with n at
         most the first (true for every thread)."""
         if not self.threads:
             return False
-        index, count = self.block_thread()
-        lo, hi = self.thread_range or (0, count)
+        index, lo, hi = self._threads_here()
         bound = _thread_bound(cond, index)
         return bound is not None and (bound[1] >= hi if bound[0] == "<" else bound[1] <= lo)
 
@@ -176,9 +177,9 @@ def assume_sizes_nonnegative(analyzer, func) -> None:
                 analyzer.bind(dim, ir.Range.from_min_extent(tirx.const(0, dtype), tirx.const(largest, dtype)))
 
 
-def _mutate_thread_branch(scope: Scope, mutator, node):
-    """A thread branch with each side mutated as code of its threads (`Scope.thread_range`)."""
-    ranges = scope.branch_ranges(node.condition)
+def _mutate_thread_branch(scope: Scope, ranges, mutator, node):
+    """A thread branch (`ranges`: its sides' threads) with each side mutated as code of its
+    threads (`Scope.thread_range`)."""
     saved = scope.thread_range
     cases = []
     for case, rng in ((node.then_case, ranges[0]), (node.else_case, ranges[1])):
@@ -213,8 +214,9 @@ def mutate_with_scope(body, scope: Scope, callbacks: dict):
                 scope.enter(node)
                 user = callbacks.get(kind)
                 recurse = mutator.default_mutate
-                if isinstance(node, tirx.IfThenElse) and scope.branch_ranges(node.condition) is not None:
-                    recurse = functools.partial(_mutate_thread_branch, scope, mutator)
+                ranges = scope.branch_ranges(node.condition) if isinstance(node, tirx.IfThenElse) else None
+                if ranges is not None:
+                    recurse = functools.partial(_mutate_thread_branch, scope, ranges, mutator)
                 result = user(node, recurse) if user is not None else recurse(node)
                 scope.leave(node, saved)
                 return result

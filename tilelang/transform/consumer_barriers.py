@@ -17,14 +17,7 @@ import tvm_ffi
 from tvm import ir, tirx
 
 from tilelang.transform.warp_specialize import CONSUMER_BRANCH, PRODUCER_BRANCH
-from tilelang.utils.ir import extern_name
-
-
-def _is_block_barrier(stmt) -> bool:
-    call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
-    if isinstance(call, ir.Call) and isinstance(call.op, ir.Op) and call.op.name == "tirx.tvm_storage_sync":
-        return str(call.args[0].value) in ("shared", "shared.dyn")
-    return extern_name(stmt) == "__syncthreads"
+from tilelang.utils.ir import extern_name, is_block_barrier
 
 
 def _without_unsafe_turns(body):
@@ -40,7 +33,7 @@ def _without_unsafe_turns(body):
             in_turn[0] = True
         elif name == "tl::pingpong_arrive":
             in_turn[0] = False
-        elif _is_block_barrier(stmt) and in_turn[0]:
+        elif is_block_barrier(stmt) and in_turn[0]:
             unsafe.append(stmt)
 
     tvm_ffi.structural_walk(body, [(tirx.Evaluate, on_eval)], order="pre")
@@ -55,7 +48,7 @@ def _without_unsafe_turns(body):
 def _consumer_only(body, threads: int):
     body = _without_unsafe_turns(body)
     barrier = tirx.Evaluate(tirx.call_extern("void", f"tl::named_barrier_sync<1, {threads}>"))
-    return tvm_ffi.structural_map(body, [(tirx.Evaluate, lambda s: barrier if _is_block_barrier(s) else s)])
+    return tvm_ffi.structural_map(body, [(tirx.Evaluate, lambda s: barrier if is_block_barrier(s) else s)])
 
 
 def _is_side(stmt, key) -> bool:
@@ -73,7 +66,7 @@ def _split(stmts):
             k += 1
             continue
         j = k + 1
-        while j < len(stmts) and _is_block_barrier(stmts[j]):
+        while j < len(stmts) and is_block_barrier(stmts[j]):
             j += 1
         consumer = stmts[j]
         assert _is_side(consumer, CONSUMER_BRANCH), "warp_specialize leaves the consumer side after the producer's"

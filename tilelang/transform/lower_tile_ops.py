@@ -39,7 +39,7 @@ from tilelang.transform.infer_layout import (
     SHARED_LAYOUTS,
     shared_layout_from_ir,
 )
-from tilelang.utils.ir import extern_name, seq
+from tilelang.utils.ir import extern_name, is_block_barrier, seq
 from tilelang.utils.target import arch_of
 
 # What the hand-written warp-specialization primitives (language/barriers.py) call: PTX of sm_90.
@@ -219,7 +219,7 @@ def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
                 "need one range of threads: write two branches (`if tx < a:` ... `elif tx >= b:`)",
                 stmt.span,
             )
-        if any(extern_name(st) == "__syncthreads" for st in collect(stmt, tirx.Evaluate)):
+        if any(is_block_barrier(st) for st in collect(stmt, tirx.Evaluate)):
             raise at_span(
                 "a block-wide barrier inside a thread branch (`if tx < n:` and the like) waits for "
                 "threads that never come; allocate barriers (T.alloc_barrier) outside the branch",

@@ -34,7 +34,7 @@ import tvm_ffi
 from tvm import ir, tirx
 
 from tilelang.language.diagnostics import UserError
-from tilelang.utils.ir import extern, seq
+from tilelang.utils.ir import extern, is_block_barrier, seq, statements
 
 THREAD_BRANCH = "tl.thread_branch"  # one side of a thread branch: node [lo, hi)
 _HIDDEN = "tl.thread_branch_condition"  # a branch whose condition is hidden: node the condition
@@ -78,11 +78,6 @@ def _block_sync(scope):
     return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", ir.StringImm(scope)))
 
 
-def _is_block_sync(stmt) -> bool:
-    call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
-    return isinstance(call, ir.Call) and isinstance(call.op, ir.Op) and call.op.name == "tirx.tvm_storage_sync"
-
-
 def expose_thread_branches(func: tirx.PrimFunc) -> tirx.PrimFunc:
     def on_if(node):
         if not (_is_mark(node.then_case) or _is_mark(node.else_case)):
@@ -124,13 +119,13 @@ def restore_thread_branches(func: tirx.PrimFunc) -> tirx.PrimFunc:
         if _is_mark(node):  # (kept as a mark until its branch is rebuilt)
             lo, hi = (int(x) for x in node.node)
             bar = extern(f"tl::named_barrier_sync<{barrier_id((lo, hi))}, {hi - lo}>")
-            inner = tvm_ffi.structural_map(body.body, [(tirx.Evaluate, lambda s: bar if _is_block_sync(s) else s)])
+            inner = tvm_ffi.structural_map(body.body, [(tirx.Evaluate, lambda s: bar if is_block_barrier(s) else s)])
             return tirx.AttrStmt(node.node, _DONE, 0, inner)
         if node.attr_key == _HIDDEN:
             # The sides again; a barrier TVM put between them goes (they run side by side).
-            stmts = body.body.seq if isinstance(body.body, tirx.SeqStmt) else [body.body]
+            stmts = statements(body.body)
             sides = [st.body for st in stmts if isinstance(st, tirx.AttrStmt) and st.attr_key == _DONE]
-            assert len(sides) == len([st for st in stmts if not _is_block_sync(st)]), "a thread branch's sides"
+            assert len(sides) == len([st for st in stmts if not is_block_barrier(st)]), "a thread branch's sides"
             then_case, else_case = (sides[0], sides[1]) if int(node.value) else (sides[0], None)
             return tirx.IfThenElse(node.node, then_case, else_case)
         return body

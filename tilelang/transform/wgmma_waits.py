@@ -36,7 +36,7 @@ from tilelang.op import base, gemm_wgmma, wgmma_wait
 from tilelang.op import copy as copy_op
 from tilelang.op import gemm as gemm_op
 from tilelang.transform.common import branch_ranges
-from tilelang.utils.ir import collect, seq
+from tilelang.utils.ir import collect, seq, statements
 
 
 @dataclass(frozen=True)
@@ -127,26 +127,20 @@ class Waits:
                 continue
             inner = Waits(replace(self.kernel, threads=hi - lo), self.flags)
             body = []
-            for st in case.seq if isinstance(case, tirx.SeqStmt) else [case]:
+            for st in statements(case):
                 body += inner.statement(st, key, offset)
             sides.append(seq(fold(body + inner.drain(), self.flags)))
         return [tirx.IfThenElse(stmt.condition, sides[0], sides[1], span=stmt.span)]
 
     def statement(self, stmt, key: int, offset: int = 0) -> list:
         g = self.async_gemm(stmt)
-        ranges = self.thread_branch(stmt) if g is None else None
-        if ranges is not None:
-            touched, written = _buffers(stmt)
-            out = self._wait_for(
-                lambda G: _has(touched, G.acc) or _has(written, G.a_regs) or any(_has(written, t) for t in G.reads)
-            )
-            return out + self._branch(stmt, ranges, key, offset)
         if g is None:
             touched, written = _buffers(stmt)
             out = self._wait_for(
                 lambda G: _has(touched, G.acc) or _has(written, G.a_regs) or any(_has(written, t) for t in G.reads)
             )
-            return out + [stmt]
+            ranges = self.thread_branch(stmt)
+            return out + (self._branch(stmt, ranges, key, offset) if ranges is not None else [stmt])
         a_regs = g.a.buffer if g.a.buffer.scope() == "local.fragment" else None
         out = self._wait_for(lambda G: _has([G.acc], a_regs) or _has([g.c.buffer], G.a_regs))
         reads = tuple(r.buffer for r in (g.a, g.b) if r.buffer.scope().startswith("shared"))

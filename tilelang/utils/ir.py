@@ -49,6 +49,20 @@ def extern_name(stmt) -> str | None:
     return None
 
 
+def is_block_barrier(stmt) -> bool:
+    """Whether `stmt` is a barrier over the whole block: TVM's `tvm_storage_sync` of shared memory
+    (what its barrier insertion adds) or a `__syncthreads()` call."""
+    call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
+    if isinstance(call, ir.Call) and isinstance(call.op, ir.Op) and call.op.name == "tirx.tvm_storage_sync":
+        return str(call.args[0].value) in ("shared", "shared.dyn")
+    return extern_name(stmt) == "__syncthreads"
+
+
+def statements(stmt) -> list:
+    """The statements of a SeqStmt, or `stmt` alone."""
+    return list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
+
+
 def i32(x):
     """An int32 constant (index arithmetic is int32 throughout)."""
     return tirx.const(int(x), "int32")
