@@ -103,3 +103,40 @@ def test_barrier_allocated_inside_a_thread_branch_is_an_error():
 def test_needs_hopper():
     with pytest.raises(UserError, match=r"need Hopper \(sm_90a\); this kernel compiles for sm_80"):
         tilelang.compile(ws_gemm(), out_idx=[2], target="sm_80")
+
+
+def _three_warpgroups(producer_registers):
+    """Two consumer warpgroups at 240 registers and a producer at `producer_registers`."""
+
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=384):
+            tx = T.get_thread_binding()
+            if tx < 128:
+                T.set_max_nreg(240, 1)
+                A[tx % 64] = 1.0
+            elif tx < 256:
+                T.set_max_nreg(240, 1)
+                A[tx % 64] = 2.0
+            else:
+                T.set_max_nreg(producer_registers, 0)
+
+    return main
+
+
+def test_register_budget():
+    # 384 threads are launched with 168 registers each: 504 per thread over the three warpgroups.
+    with pytest.raises(UserError, match=r"240 \+ 240 \+ 32 = 512 registers per thread, more than the 504 \(3 x 168\)"):
+        tilelang.compile(_three_warpgroups(32), target="sm_90a")
+    tilelang.compile(_three_warpgroups(24), target="sm_90a")
+
+
+def test_set_max_nreg_off_a_warpgroup():
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=256):
+            if T.get_thread_binding() < 64:
+                T.set_max_nreg(240, 1)
+
+    with pytest.raises(UserError, match=r"per warpgroup \(128 threads\), here on threads 0..63"):
+        tilelang.compile(main, target="sm_90a")

@@ -1,0 +1,75 @@
+"""The registers a kernel's `T.set_max_nreg` calls ask for, checked against what the block has.
+
+`setmaxnreg` moves registers between the warpgroups of one block: a warpgroup lowering its count
+gives registers back, one raising it waits until enough are free. The block is launched with one
+count for every thread (the register file's 65536 over its threads, a multiple of 8), and the
+counts the warpgroups ask for must fit in what the block was launched with: asking for more makes
+the raising warpgroup wait forever, a hang with no error. A count is asked for by a whole
+warpgroup (PTX runs it per warpgroup; a part of one would leave the rest at the old count).
+
+Found by running: MLA decode with warpgroups at 240 + 240 + 32 registers in a 384-thread block
+(launched with 168 each: 504 in all) hung on the H200; 240 + 240 + 24 runs.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tilelang.language.diagnostics import at_span
+
+REGISTER_FILE = 65536
+WARPGROUP = 128
+_NAME = re.compile(r"tl::setmaxnreg_(inc|dec)<(\d+)>")
+
+
+def launch_count(threads: int) -> int:
+    """Registers per thread a block of `threads` threads is launched with at most."""
+    return min(255, REGISTER_FILE // threads) // 8 * 8
+
+
+class RegisterBudget:
+    """The `T.set_max_nreg` calls of one kernel, with the threads that run each."""
+
+    def __init__(self):
+        self.asks = []  # (first thread, number of threads, registers, span)
+        self.threads = 0  # the block's
+
+    def note(self, name: str, first: int, count: int, threads: int, span) -> bool:
+        """Record the call `name` (an extern name) run by threads [first, first + count) of a
+        `threads`-thread block; False when `name` is not a `setmaxnreg`."""
+        match = _NAME.fullmatch(name)
+        if match is None:
+            return False
+        if first % WARPGROUP or count % WARPGROUP:
+            raise at_span(
+                f"T.set_max_nreg runs per warpgroup (128 threads), here on threads {first}..{first + count - 1}: "
+                "put it where whole warpgroups run (`if tx < 128:`, `elif tx < 256:`, ...)",
+                span,
+            )
+        self.asks.append((first, count, int(match.group(2)), span))
+        self.threads = threads
+        return True
+
+    def check(self):
+        """Raise when every warpgroup of the block sets its count and the counts add up to more
+        registers than the block is launched with."""
+        threads = self.threads
+        if not self.asks:
+            return
+        per_group = {}
+        for first, count, registers, span in self.asks:
+            for group in range(first // WARPGROUP, (first + count) // WARPGROUP):
+                per_group.setdefault(group, (registers, span))
+        groups = threads // WARPGROUP
+        if threads % WARPGROUP or len(per_group) < groups:
+            return  # a warpgroup keeps the count ptxas gives it: nothing known to add up
+        asked = [per_group[g][0] for g in range(groups)]
+        have = launch_count(threads)
+        if sum(asked) > groups * have:
+            raise at_span(
+                f"T.set_max_nreg: the warpgroups ask for {' + '.join(map(str, asked))} = {sum(asked)} registers "
+                f"per thread, more than the {groups * have} ({groups} x {have}) a {threads}-thread block is "
+                "launched with; the warpgroup raising its count would wait forever. Lower a count "
+                f"(e.g. the producer's to 24, or the others' to fit {groups * have})",
+                max((per_group[g] for g in range(groups)), key=lambda a: a[0])[1],
+            )
