@@ -18,6 +18,7 @@ from tilelang.language.diagnostics import CompilerError, UserError
 from tilelang.transform import pass_config
 from tilelang.transform.align_shared_tiles import align_shared_tiles
 from tilelang.transform.check_descriptor_alignment import check_descriptor_alignment
+from tilelang.transform.check_hopper_primitives import check_hopper_primitives
 from tilelang.transform.check_shared_memory import SharedMemoryOverLimit, check_shared_memory, user_shared_tiles
 from tilelang.transform.common import collect
 from tilelang.transform.consumer_barriers import consumer_barriers
@@ -41,6 +42,8 @@ _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the 
 def _tile_passes():
     """Our passes, on PrimFuncs that still have tile ops, parallel loops and fragments."""
     return [
+        # The hand-written warp-specialization primitives off sm_90a: an error before anything else.
+        ("check_hopper_primitives", check_hopper_primitives),
         # On sm_90a, copies to shared memory that run once per kernel become TMA loads; the
         # pipeline planner then knows which tiles only TMA writes (no proxy fence before wgmma).
         ("lower_tma_copies", lower_tma_copies),

@@ -41,10 +41,6 @@ from tilelang.transform.infer_layout import (
 )
 from tilelang.transform.register_budget import RegisterBudget
 from tilelang.utils.ir import extern_name, is_block_barrier, seq
-from tilelang.utils.target import arch_of
-
-# What the hand-written warp-specialization primitives (language/barriers.py) call: PTX of sm_90.
-_HOPPER_ONLY = ("tl::mbarrier_", "tl::setmaxnreg_", "tl::fence_barrier_init")
 
 _OP_LOWERINGS = {
     reduce_op.NAME: reduce_op.lower,
@@ -173,16 +169,8 @@ def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
             return parallel.lower_dynamic(loop, ctx)
         return parallel.lower(loop, fl.from_ir(layout), ctx)
 
-    hopper = ctx.target is not None and arch_of(ctx.target) == "sm_90a"
-
     def on_eval(stmt, recurse):
         call = stmt.value
-        if not hopper and (base.is_tile_op(call, tma.NAME) or (extern_name(stmt) or "").startswith(_HOPPER_ONLY)):
-            raise at_span(
-                "T.alloc_barrier, T.barrier_arrive/wait, T.tma_copy and T.set_max_nreg need Hopper "
-                f"(sm_90a); this kernel compiles for {arch_of(ctx.target) if ctx.target is not None else 'no target'}",
-                stmt.span,
-            )
         for name, lower in _OP_LOWERINGS.items():
             if base.is_tile_op(call, name):
                 return lower(call, ctx, stmt.span)

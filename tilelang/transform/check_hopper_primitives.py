@@ -1,0 +1,39 @@
+"""Check `check_hopper_primitives`: the hand-written warp-specialization primitives
+(language/barriers.py: T.alloc_barrier, T.barrier_arrive/wait, T.tma_copy, T.set_max_nreg) call
+PTX that only sm_90a has (mbarrier transactions, TMA, setmaxnreg). On another target they are an
+error at the user's line, before any other pass: layout inference for mma.sync would otherwise
+fail first on the same kernel, with a message about layouts instead of the target.
+
+Requires: the PrimFunc as parsed, with its target bound. Guarantees: nothing changed.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from tilelang.language.diagnostics import at_span
+from tilelang.op import base, tma
+from tilelang.transform.common import walk
+from tilelang.utils.ir import extern_name
+from tilelang.utils.target import arch_of
+
+# What the primitives call; a TMA copy before `lower_tma_copies` is the user's T.tma_copy.
+_HOPPER_ONLY = ("tl::mbarrier_", "tl::setmaxnreg_", "tl::fence_barrier_init")
+
+
+def check_hopper_primitives(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    target = func.attrs.get("target") if func.attrs is not None else None
+    arch = arch_of(target) if target is not None else None
+    if arch == "sm_90a":
+        return func
+
+    def on_eval(stmt):
+        if base.is_tile_op(stmt.value, tma.NAME) or (extern_name(stmt) or "").startswith(_HOPPER_ONLY):
+            raise at_span(
+                "T.alloc_barrier, T.barrier_arrive/wait, T.tma_copy and T.set_max_nreg need Hopper "
+                f"(sm_90a); this kernel compiles for {arch or 'no target'}",
+                stmt.span,
+            )
+
+    walk(func.body, [(tirx.Evaluate, on_eval)])
+    return func
