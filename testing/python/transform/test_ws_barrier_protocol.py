@@ -31,6 +31,7 @@ import example_gemm as gemm  # noqa: E402
 import example_gemm_persistent as gemm_persistent  # noqa: E402
 import example_mha_fwd_bshd as fa  # noqa: E402
 import example_mla_decode as mla  # noqa: E402
+import example_mla_decode_ws as mla_ws  # noqa: E402
 import test_barriers as hand_written  # noqa: E402
 
 
@@ -613,6 +614,21 @@ def test_hand_written_warp_specialization(stages):
 def test_hand_written_producer_that_does_not_wait_is_caught():
     kernel, threads = _device_kernel(hand_written.ws_gemm())
     broken = _without(kernel, "tl::mbarrier_wait", lambda name: name == "k_empty")
+    with pytest.raises(ProtocolError):
+        for seed in range(5):
+            run_block(broken, threads, _bx(0), seed)
+
+
+def test_mla_seesaw_example():
+    """The hand-written MLA decode: three warpgroups, KV parts refilled as their readers free them,
+    m/P handed back and forth between the consumers (4 pairs of KV blocks)."""
+    _check(mla_ws.mla_decode_ws.factory(1, 64, 512), [_bx(0)], {"tl.enable_fast_math": True}, seeds=4)
+
+
+def test_mla_seesaw_producer_that_does_not_wait_is_caught():
+    """The producer refilling a left half before its readers (both warpgroups for block b) are done."""
+    kernel, threads = _device_kernel(mla_ws.mla_decode_ws.factory(1, 64, 512), {"tl.enable_fast_math": True})
+    broken = _without(kernel, "tl::mbarrier_wait", lambda name: name == "l_empty")
     with pytest.raises(ProtocolError):
         for seed in range(5):
             run_block(broken, threads, _bx(0), seed)

@@ -1,0 +1,48 @@
+"""Warp-specialized MLA decode example: main() against torch on the GPU (fp16, bf16, a batch
+and length past the smallest), and its CUDA compiled by nvcc for sm_90a on any machine; other
+targets get an error naming the Hopper-only primitives."""
+
+import example_mla_decode_ws
+import pytest
+
+import tilelang
+from tilelang.codegen import cuda
+from tilelang.language.diagnostics import UserError
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_mla_decode_ws(dtype):
+    example_mla_decode_ws.main(batch=2, seqlen_kv=1024, dtype=dtype)
+
+
+@pytest.mark.gpu
+def test_mla_decode_ws_longer():
+    example_mla_decode_ws.main(batch=3, heads=128, seqlen_kv=2176)
+
+
+def _compile(target, seqlen_kv=8192):
+    f = example_mla_decode_ws.mla_decode_ws.factory(64, 128, seqlen_kv)
+    return tilelang.compile(f, out_idx=[4], target=target, pass_configs={"tl.enable_fast_math": True})
+
+
+def test_generated_cuda_compiles():
+    src = _compile("sm_90a").get_kernel_source()
+    # Three warpgroups: two consumers raising their registers, a producer lowering its own.
+    assert src.count("tl::setmaxnreg_inc<240>();") == 2 and "tl::setmaxnreg_dec<24>();" in src
+    assert "if (((int)threadIdx.x) < 128) {" in src and "if (((int)threadIdx.x) < 256) {" in src
+    # The scores (rotary part from registers, the rest from shared) and both kinds of P·V.
+    assert "tl::wgmma_rs<64, 64, 64," in src and "tl::wgmma_ss<64, 64, 256," in src
+    assert "tl::wgmma_rs<64, 256, 64," in src and "tl::wgmma_ss<64, 256, 64," in src
+    assert src.count("tl::tma_load(KV_tma") == 16  # 4 boxes per half, 2 halves, 2 blocks a pair
+    cuda.compile_object(src, tilelang.utils.target.determine_target("sm_90a"))
+
+
+def test_needs_hopper():
+    with pytest.raises(UserError, match=r"need Hopper \(sm_90a\)"):
+        _compile("sm_80")
+
+
+def test_length_must_be_whole_pairs():
+    with pytest.raises(AssertionError, match="multiple of 128"):
+        _compile("sm_90a", seqlen_kv=8000)
