@@ -31,6 +31,7 @@ from tvm import ir, tirx
 from tilelang.language.diagnostics import at_span
 from tilelang.layout import fragment as fl
 from tilelang.layout import layout as sl
+from tilelang.layout.evaluate import NotEvaluable
 from tilelang.op import base, parallel
 from tilelang.op import gemm as gemm_op
 from tilelang.op import reduce as reduce_op
@@ -176,6 +177,20 @@ def _give(state, buffer, layout, span, node):
     state.sources[buffer] = span
 
 
+def _runs_where_held(layout, fragment, buffer, indices, node) -> bool:
+    """`parallel.runs_where_held`, with a user error for an index that is not the loop's."""
+    try:
+        return parallel.runs_where_held(layout, fragment, indices, node.vars)
+    except NotEvaluable as err:
+        raise at_span(
+            f"layout inference: fragment '{buffer.name}' is indexed as [{', '.join(str(i) for i in indices)}] in "
+            f"the {node.describe()}, with a {err} that is not one of the loop's variables: index a fragment "
+            "with the T.Parallel loop's variables and constants (a leading index from an outer loop, such "
+            "as one of several accumulators, is not supported: allocate them as separate fragments)",
+            node.span,
+        ) from None
+
+
 def _settle_loop(state, node, layout):
     """Fix a loop's layout; give it to the fragments it touches, check those that have one."""
     state.loops[node] = layout
@@ -183,7 +198,7 @@ def _settle_loop(state, node, layout):
     try:
         for buffer, indices, _ in node.accesses:
             if buffer in state.fragments:
-                if not parallel.runs_where_held(layout, state.fragments[buffer], indices, node.vars):
+                if not _runs_where_held(layout, state.fragments[buffer], buffer, indices, node):
                     raise at_span(
                         f"layout inference: fragment '{buffer.name}' is used by two operations that need "
                         f"different layouts: its layout came from the first location below, and the "

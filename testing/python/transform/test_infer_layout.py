@@ -5,6 +5,7 @@ import pytest
 import tvm_ffi
 from tvm import tirx
 
+import tilelang
 import tilelang.language as T
 from tilelang.language.diagnostics import UserError
 from tilelang.layout import fragment as fl
@@ -181,6 +182,24 @@ def test_fragment_indexed_by_a_smaller_loop_is_reported():
 
     with pytest.raises(UserError, match="fragment 'f'"):
         infer_layout(_prepare(main))
+
+
+def test_fragment_indexed_by_an_outer_loop_is_reported():
+    # One of several accumulators picked by an unrolled loop, its layout from a gemm: a user error
+    # naming the variable, not a compiler error from evaluating the index.
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 256), "float32")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((64, 64), "float16")
+            O = T.alloc_fragment((4, 64, 64), "float32")
+            T.copy(A, A_s)
+            for p in T.unroll(4):
+                T.gemm(A_s, A_s, O[p, :, :], clear_accum=True)
+            for p in T.unroll(4):
+                T.copy(O[p, :, :], C[:, p * 64 : (p + 1) * 64])
+
+    with pytest.raises(UserError, match=r"fragment 'O' is indexed as \[p, .*free variable p that is not one of"):
+        tilelang.compile(main, target="sm_90a")
 
 
 def test_idle_threads_avoided_when_tile_is_small():
