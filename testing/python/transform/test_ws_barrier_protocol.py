@@ -1,14 +1,14 @@
-"""The barrier protocol of Hopper pipelines (TMA and mbarriers, with or without a producer
-warpgroup), run on the CPU: the lowered device IR is interpreted for one block, or the two blocks
-of a cluster, one agent per warp (lane 0), keeping only what synchronizes: mbarriers (init,
-arrivals, expect_tx bytes, parity waits), named barriers, `__syncthreads` and cluster barriers. The
-TMA unit is taken to land a load at once, its box's bytes on the barrier of each block it is for
-(both, when multicast). Every kernel must finish (no deadlock); every mbarrier wait must pass on
-exactly the phase it is for; no load may land in a stage a consumer warp has waited for and not yet
-freed; no block may be signalled after it exited; whatever order the warps run in (several
+"""The barrier protocol of Hopper pipelines (TMA and mbarriers, with or without a producer warpgroup),
+run on the CPU: the lowered device IR is interpreted for one block, or the two blocks of a cluster,
+one agent per warp (lane 0), keeping only what synchronizes: mbarriers (init, arrivals, expect_tx
+bytes, parity waits), named barriers, `__syncthreads` and cluster barriers. The TMA unit is taken to
+land a load at once, its box's bytes on the barrier of each block it is for (both, when multicast).
+Every kernel must finish (no deadlock); every mbarrier wait must pass on exactly the phase it is for
+(or, again, the one it last passed); no load may land in a stage a consumer warp has waited for and
+not yet freed; no block may be signalled after it exited; whatever order the warps run in (several
 schedules, and one where block 0 runs ahead as far as it can). Kernels that never free a stage,
-refill one too early, free a cluster's stage only locally, or exit without the cluster barrier,
-are caught."""
+refill one too early, free a cluster's stage only locally, or exit without the cluster barrier, are
+caught."""
 
 import os
 import random
@@ -223,6 +223,8 @@ def _call(call, env, block, tx, consumed):
             consumed[bar] = 0  # parity 1 on a fresh barrier: the phase "before the first", at once
             return
         want = consumed.get(bar, 0) + 1
+        if bar in consumed and block.mbar[bar][2] == want - 1 and parity == (want - 2) % 2:
+            return  # the phase this warp last passed, waited for again: passes at once, as on hardware
         if block.mbar[bar][2] != want:
             raise ProtocolError(
                 f"warp {tx // 32} passed {bar} (parity {parity}) after {block.mbar[bar][2]} phases, "
@@ -632,3 +634,33 @@ def test_mla_seesaw_producer_that_does_not_wait_is_caught():
     with pytest.raises(ProtocolError):
         for seed in range(5):
             run_block(broken, threads, _bx(0), seed)
+
+
+def test_waiting_again_for_a_passed_phase():
+    """A consumer that waits for a stage's full barrier a second time (before freeing it) passes
+    at once on hardware; the interpreter takes it too. Without the producer's empty wait it still
+    catches the refill."""
+    kernel, threads = _device_kernel(hand_written.ws_gemm())
+
+    def wait_twice(stmt):
+        if _is_full_wait(stmt):
+            return tirx.SeqStmt([stmt, stmt])
+        return stmt
+
+    twice = kernel.with_body(tvm_ffi.structural_map(kernel.body, [(tirx.Evaluate, wait_twice)]))
+    for seed in range(5):
+        run_block(twice, threads, _bx(0), seed)
+    broken = _without(twice, "tl::mbarrier_wait", lambda name: name == "k_empty")
+    with pytest.raises(ProtocolError):
+        for seed in range(5):
+            run_block(broken, threads, _bx(0), seed)
+
+
+def _is_full_wait(stmt) -> bool:
+    call = stmt.value
+    return (
+        isinstance(call, ir.Call)
+        and getattr(call.op, "name", "") == "tirx.call_extern"
+        and str(call.args[0].value) == "tl::mbarrier_wait"
+        and call.args[1].args[0].source.name == "k_full"
+    )
