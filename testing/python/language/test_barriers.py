@@ -126,7 +126,9 @@ def _three_warpgroups(producer_registers):
 
 def test_register_budget():
     # 384 threads are launched with 168 registers each: 504 per thread over the three warpgroups.
-    with pytest.raises(UserError, match=r"240 \+ 240 \+ 32 = 512 registers per thread, more than the 504 \(3 x 168\)"):
+    # The error points at a raising warpgroup's T.set_max_nreg line in this file.
+    message = r"(?s)240 \+ 240 \+ 32 = 512 registers per thread, more than the 504 \(3 x 168\)"
+    with pytest.raises(UserError, match=message + r".*test_barriers.py:\d+\n\s*\| T.set_max_nreg\(240, 1\)"):
         tilelang.compile(_three_warpgroups(32), target="sm_90a")
     tilelang.compile(_three_warpgroups(24), target="sm_90a")
 
@@ -138,5 +140,6 @@ def test_set_max_nreg_off_a_warpgroup():
             if T.get_thread_binding() < 64:
                 T.set_max_nreg(240, 1)
 
-    with pytest.raises(UserError, match=r"per warpgroup \(128 threads\), here on threads 0..63"):
+    with pytest.raises(UserError, match=r"(?s)per warpgroup \(128 threads\), here on threads 0..63.*"
+                       r"test_barriers.py:\d+\n\s*\| T.set_max_nreg\(240, 1\)"):  # fmt: skip
         tilelang.compile(main, target="sm_90a")
