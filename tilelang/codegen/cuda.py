@@ -26,6 +26,7 @@ import time
 import tvm_ffi
 
 from tilelang import env
+from tilelang.codegen import register_counts
 from tilelang.utils.target import arch_of
 
 _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
@@ -264,9 +265,9 @@ tl_cubin:
 """
 
 
-def _run_all(commands: list[list[str]], what: list[str], times: dict | None = None) -> None:
+def _run_all(commands: list[list[str]], what: list[str], times: dict | None = None) -> list[str]:
     """Run the commands concurrently; raise CompileError with the first failure's output. Each
-    command's wall time goes to `times[what]`."""
+    command's wall time goes to `times[what]`. Returns each command's stderr."""
 
     def run(command):
         start = time.perf_counter()
@@ -281,6 +282,7 @@ def _run_all(commands: list[list[str]], what: list[str], times: dict | None = No
     for (proc, _), name in zip(results, what):
         if proc.returncode != 0:
             raise CompileError(f"{name} failed:\n{proc.stderr[-6000:]}")
+    return [proc.stderr for proc, _ in results]
 
 
 def _device_command(flags, cu: str, cubin: str) -> list[str]:
@@ -304,7 +306,9 @@ def build_library(
     """Compile both units (in parallel) and link them into a shared library; returns its path.
     Reuses a library built from the same sources and flags (keyed by their hash and the nvcc
     version)."""
-    dflags, hflags = nvcc_flags(target, fast_math, extra_flags), host_flags()
+    check_registers = register_counts.wanted(device_src)
+    dflags = nvcc_flags(target, fast_math, [*extra_flags, *(register_counts.PTXAS_VERBOSE if check_registers else [])])
+    hflags = host_flags()
     parts = [device_src, host_src, " ".join(dflags), " ".join(hflags), nvcc_version(), env.host_compiler()]
     key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
     out_dir = out_dir or os.path.join(env.cache_dir(), "libs")
@@ -318,7 +322,7 @@ def build_library(
             with open(path, "w") as f:
                 f.write(text)
         try:
-            _run_all(
+            logs = _run_all(
                 [
                     _device_command(dflags, cu, cubin),
                     _host_command(hflags, cc),
@@ -332,6 +336,8 @@ def build_library(
             for path in (cu, cc):
                 os.replace(path, os.path.join(kept, os.path.basename(path)))
             raise CompileError(f"{err}\nsources kept in {kept}") from None
+        if check_registers:
+            register_counts.check(device_src, logs[0])
         blob = os.path.join(tmp, "cubin.S")
         with open(blob, "w") as f:
             f.write(_BLOB.format(path=cubin))
@@ -348,7 +354,9 @@ def compile_object(device_src: str, target, fast_math: bool = False, host_src: s
     """Compile the units without linking (for tests on machines without a GPU)."""
     with tempfile.TemporaryDirectory() as tmp:
         cu, cc = os.path.join(tmp, "device.cu"), os.path.join(tmp, "host.cc")
-        commands = [_device_command(nvcc_flags(target, fast_math), cu, cu + ".cubin")]
+        check_registers = register_counts.wanted(device_src)
+        extra = register_counts.PTXAS_VERBOSE if check_registers else []
+        commands = [_device_command(nvcc_flags(target, fast_math, extra), cu, cu + ".cubin")]
         what = [f"nvcc ({arch_of(target)})"]
         with open(cu, "w") as f:
             f.write(device_src)
@@ -357,4 +365,6 @@ def compile_object(device_src: str, target, fast_math: bool = False, host_src: s
                 f.write(host_src)
             commands.append(_host_command(host_flags(), cc))
             what.append("host compiler")
-        _run_all(commands, what)
+        logs = _run_all(commands, what)
+        if check_registers:
+            register_counts.check(device_src, logs[0])

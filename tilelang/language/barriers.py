@@ -104,8 +104,9 @@ def set_max_nreg(reg_count: int, is_inc: int):
     [24, 256]), raised when `is_inc` (consumers), lowered otherwise (a producer gives registers
     back). Every thread of the warpgroup must run it. The warpgroups' counts must add up to at
     most what the block is launched with (65536 / threads each, a multiple of 8: 3 x 168 for 384
-    threads, so 240 + 240 + 24), and a count is raised only above the launch count: compilation
-    checks the first (transform/register_budget.py); the second depends on ptxas."""
+    threads, so 240 + 240 + 24), and a count is raised only above the count ptxas launches the
+    kernel with. Compilation checks both: the first from the source
+    (transform/register_budget.py), the second from ptxas's report (codegen/register_counts.py)."""
     if not isinstance(reg_count, int) or reg_count % 8 or not 24 <= reg_count <= 256:
         raise UserError(f"T.set_max_nreg: reg_count must be a multiple of 8 in [24, 256], got {reg_count!r}")
     return _extern(f"tl::setmaxnreg_{'inc' if is_inc else 'dec'}<{reg_count}>")

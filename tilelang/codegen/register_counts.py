@@ -1,0 +1,63 @@
+"""After ptxas: a kernel's `T.set_max_nreg` calls against the register count it is launched with.
+
+`setmaxnreg.inc` may only raise a warpgroup's count: asked for less than the count the kernel runs
+with, the GPU stops the kernel with an illegal instruction. (`setmaxnreg.dec` above the launch count
+is not checked: whether the GPU accepts it has not been seen either way.) The launch count is
+ptxas's choice (the launch bound's cap, 168 for 384 threads, when some warpgroup raises its count
+far; less otherwise), known only from its `-v` report, so kernels that call setmaxnreg are assembled
+with it and checked here. Seen on the H200: warpgroups at 240 and 160 in a 384-thread kernel that
+ptxas launched with 168 registers.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tilelang.language.diagnostics import UserError
+
+PTXAS_VERBOSE = ["-Xptxas", "-v"]
+_CALL = re.compile(r"tl::setmaxnreg_(inc|dec)<(\d+)>\(\)")
+_ENTRY = re.compile(r"Compiling entry function '(\w+)'")
+_USED = re.compile(r"Used (\d+) registers")
+_KERNEL = re.compile(r'extern "C" __global__ void (?:__\w+__\([^)]*\) )*(\w+)\([^)]*\)\s*\{')
+
+
+def wanted(device_src: str) -> bool:
+    """Whether the device unit calls setmaxnreg (and so is assembled with `PTXAS_VERBOSE`)."""
+    return "tl::setmaxnreg_" in device_src
+
+
+def launch_counts(ptxas_log: str) -> dict[str, int]:
+    """Registers per thread of each kernel, from `ptxas -v`."""
+    counts, kernel = {}, None
+    for line in ptxas_log.splitlines():
+        if m := _ENTRY.search(line):
+            kernel = m.group(1)
+        elif (m := _USED.search(line)) and kernel is not None:
+            counts[kernel] = int(m.group(1))
+    return counts
+
+
+def _bodies(device_src: str) -> dict[str, str]:
+    """Each kernel definition's source, from its head to the next kernel's."""
+    heads = list(_KERNEL.finditer(device_src))
+    ends = [h.start() for h in heads[1:]] + [len(device_src)]
+    return {h.group(1): device_src[h.start() : end] for h, end in zip(heads, ends)}
+
+
+def check(device_src: str, ptxas_log: str) -> None:
+    """Raise a UserError for a setmaxnreg.inc below the launch count."""
+    counts = launch_counts(ptxas_log)
+    for kernel, body in _bodies(device_src).items():
+        if kernel not in counts:
+            continue
+        launched = (counts[kernel] + 7) // 8 * 8  # registers are allocated 8 per thread at a time
+        for kind, registers in _CALL.findall(body):
+            registers = int(registers)
+            if kind == "inc" and registers < launched:
+                raise UserError(
+                    f"T.set_max_nreg({registers}, 1) in kernel '{kernel}': ptxas launches the kernel with "
+                    f"{counts[kernel]} registers per thread, and a warpgroup can only raise its count above "
+                    f"that ({registers} would be an illegal instruction on the GPU). Ask for at least {launched}, "
+                    "or for the same count in every raising warpgroup (e.g. 240 + 240 + 24 for 384 threads)"
+                )
