@@ -44,6 +44,17 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
     assert seqlen_kv % (2 * block_N) == 0, f"seqlen_kv must be a multiple of {2 * block_N} (pairs of KV blocks)"
     n_pairs = seqlen_kv // block_N // 2
 
+    @T.macro
+    def scores(q_pe, Q_l, Q_r, K_p, K_l, K_r, p_full, l_full, r_full, S, s, parity):
+        """S = [Q_pe, Q]·[K_pe, K]ᵀ of the block in stage `s`, each part as soon as its load lands."""
+        T.barrier_wait(p_full[s], parity)
+        T.gemm(q_pe, K_p[s, :, :], S, transpose_B=True, clear_accum=True, wg_wait=-1)
+        T.barrier_wait(l_full[s], parity)
+        T.gemm(Q_l, K_l[s, :, :], S, transpose_B=True, wg_wait=-1)
+        T.barrier_wait(r_full[s], parity)
+        T.gemm(Q_r, K_r[s, :, :], S, transpose_B=True, wg_wait=-1)
+        T.wait_wgmma(0)
+
     @T.prim_func
     def main(
         Q: T.Tensor([batch, heads, dim], dtype),
@@ -94,13 +105,7 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                 T.fill(sum_exp, 0)
                 T.fill(m, -T.infinity(accum))
                 for j in T.serial(n_pairs):
-                    T.barrier_wait(p_full[0], j % 2)
-                    T.gemm(q_pe, K_p[0, :, :], S, transpose_B=True, clear_accum=True, wg_wait=-1)
-                    T.barrier_wait(l_full[0], j % 2)
-                    T.gemm(Q_l, K_l[0, :, :], S, transpose_B=True, wg_wait=-1)
-                    T.barrier_wait(r_full[0], j % 2)
-                    T.gemm(Q_r, K_r[0, :, :], S, transpose_B=True, wg_wait=-1)
-                    T.wait_wgmma(0)
+                    scores(q_pe, Q_l, Q_r, K_p, K_l, K_r, p_full, l_full, r_full, S, 0, j % 2)
                     T.barrier_arrive(p_empty[0])
                     T.barrier_arrive(r_empty[0])
                     T.copy(m, m_prev)
@@ -161,13 +166,7 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                 T.fill(sum_exp, 0)
                 T.fill(m, -T.infinity(accum))
                 for j in T.serial(n_pairs):
-                    T.barrier_wait(p_full[1], j % 2)
-                    T.gemm(q_pe, K_p[1, :, :], S, transpose_B=True, clear_accum=True, wg_wait=-1)
-                    T.barrier_wait(l_full[1], j % 2)
-                    T.gemm(Q_l, K_l[1, :, :], S, transpose_B=True, wg_wait=-1)
-                    T.barrier_wait(r_full[1], j % 2)
-                    T.gemm(Q_r, K_r[1, :, :], S, transpose_B=True, wg_wait=-1)
-                    T.wait_wgmma(0)
+                    scores(q_pe, Q_l, Q_r, K_p, K_l, K_r, p_full, l_full, r_full, S, 1, j % 2)
                     T.barrier_arrive(p_empty[1])
                     T.barrier_arrive(l_empty[1])
                     T.copy(m, m_prev)
