@@ -124,6 +124,13 @@ def kernel_signatures(device_src: str) -> dict[str, list[str]]:
     return kernels
 
 
+def kernel_bodies(device_src: str) -> dict[str, str]:
+    """Each `__global__` function's source, from its head to the next one's."""
+    heads = list(_KERNEL_DEF.finditer(device_src))
+    ends = [h.start() for h in heads[1:]] + [len(device_src)]
+    return {h.group(1): device_src[h.start() : end] for h, end in zip(heads, ends)}
+
+
 def host_source(lowered, device_src: str) -> str:
     """The host unit: TVM's launcher, its kernel references bound to the cubin's kernels."""
     code = _build_utils.codegen_build(lowered.host_mod, lowered.target.host).inspect_source()
@@ -337,7 +344,7 @@ def build_library(
                 os.replace(path, os.path.join(kept, os.path.basename(path)))
             raise CompileError(f"{err}\nsources kept in {kept}") from None
         if check_registers:
-            register_counts.check(device_src, logs[0])
+            register_counts.check(kernel_bodies(device_src), logs[0])
         blob = os.path.join(tmp, "cubin.S")
         with open(blob, "w") as f:
             f.write(_BLOB.format(path=cubin))
@@ -367,4 +374,4 @@ def compile_object(device_src: str, target, fast_math: bool = False, host_src: s
             what.append("host compiler")
         logs = _run_all(commands, what)
         if check_registers:
-            register_counts.check(device_src, logs[0])
+            register_counts.check(kernel_bodies(device_src), logs[0])

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import re
 
+from tilelang.language.barriers import SETMAXNREG_CALL
 from tilelang.language.diagnostics import UserError
 
 PTXAS_VERBOSE = ["-Xptxas", "-v"]
-_CALL = re.compile(r"tl::setmaxnreg_(inc|dec)<(\d+)>\(\)")
 _ENTRY = re.compile(r"Compiling entry function '(\w+)'")
 _USED = re.compile(r"Used (\d+) registers")
-_KERNEL = re.compile(r'extern "C" __global__ void (?:__\w+__\([^)]*\) )*(\w+)\([^)]*\)\s*\{')
 
 
 def wanted(device_src: str) -> bool:
@@ -38,21 +37,14 @@ def launch_counts(ptxas_log: str) -> dict[str, int]:
     return counts
 
 
-def _bodies(device_src: str) -> dict[str, str]:
-    """Each kernel definition's source, from its head to the next kernel's."""
-    heads = list(_KERNEL.finditer(device_src))
-    ends = [h.start() for h in heads[1:]] + [len(device_src)]
-    return {h.group(1): device_src[h.start() : end] for h, end in zip(heads, ends)}
-
-
-def check(device_src: str, ptxas_log: str) -> None:
+def check(kernel_bodies: dict[str, str], ptxas_log: str) -> None:
     """Raise a UserError for a setmaxnreg.inc below the launch count."""
     counts = launch_counts(ptxas_log)
-    for kernel, body in _bodies(device_src).items():
+    for kernel, body in kernel_bodies.items():
         if kernel not in counts:
             continue
         launched = (counts[kernel] + 7) // 8 * 8  # registers are allocated 8 per thread at a time
-        for kind, registers in _CALL.findall(body):
+        for kind, registers in SETMAXNREG_CALL.findall(body):
             registers = int(registers)
             if kind == "inc" and registers < launched:
                 raise UserError(

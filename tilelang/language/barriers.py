@@ -22,6 +22,8 @@ landed); `T.barrier_wait(bar, p)` returns once the phase with parity p has compl
 
 from __future__ import annotations
 
+import re
+
 from tvm import ir, tirx
 from tvm.script.ir_builder import tirx as _tb
 
@@ -97,6 +99,10 @@ def tma_copy(src, dst, barrier):
     if isinstance(tile, str):
         raise UserError(f"T.tma_copy of {s.describe()} into {d.describe()}: {tile}")
     return tma.make(s, d, _address(barrier), one_thread=True).value
+
+
+# The device call T.set_max_nreg makes, as later passes find it (in the IR and in the CUDA source).
+SETMAXNREG_CALL = re.compile(r"tl::setmaxnreg_(inc|dec)<(\d+)>")
 
 
 def set_max_nreg(reg_count: int, is_inc: int):

@@ -13,13 +13,11 @@ Found by running: MLA decode with warpgroups at 240 + 240 + 32 registers in a 38
 
 from __future__ import annotations
 
-import re
-
+from tilelang.language.barriers import SETMAXNREG_CALL
 from tilelang.language.diagnostics import at_span
 
 REGISTER_FILE = 65536
 WARPGROUP = 128
-_NAME = re.compile(r"tl::setmaxnreg_(inc|dec)<(\d+)>")
 
 
 def launch_count(threads: int) -> int:
@@ -34,12 +32,12 @@ class RegisterBudget:
         self.asks = []  # (first thread, number of threads, registers, span)
         self.threads = 0  # the block's
 
-    def note(self, name: str, first: int, count: int, threads: int, span) -> bool:
+    def note(self, name: str, first: int, count: int, threads: int, span):
         """Record the call `name` (an extern name) run by threads [first, first + count) of a
-        `threads`-thread block; False when `name` is not a `setmaxnreg`."""
-        match = _NAME.fullmatch(name)
+        `threads`-thread block, when it is a `setmaxnreg`."""
+        match = SETMAXNREG_CALL.fullmatch(name)
         if match is None:
-            return False
+            return
         if first % WARPGROUP or count % WARPGROUP:
             raise at_span(
                 f"T.set_max_nreg runs per warpgroup (128 threads), here on threads {first}..{first + count - 1}: "
@@ -48,7 +46,6 @@ class RegisterBudget:
             )
         self.asks.append((first, count, int(match.group(2)), span))
         self.threads = threads
-        return True
 
     def check(self):
         """Raise when every warpgroup of the block sets its count and the counts add up to more

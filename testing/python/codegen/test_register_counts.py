@@ -67,4 +67,4 @@ def test_report_parsing():
     )
     # 58 registers are allocated as 64: raising to 64 is fine; b's 160 is below its 168.
     with pytest.raises(UserError, match=r"T.set_max_nreg\(160, 1\) in kernel 'b_kernel'.*at least 168"):
-        register_counts.check(src, log)
+        register_counts.check(cuda.kernel_bodies(src), log)
