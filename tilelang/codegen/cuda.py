@@ -84,7 +84,7 @@ def device_source(lowered) -> str:
     # Swizzled tiles (wgmma descriptors, TMA boxes) sit at 1024-byte offsets of the shared block,
     # and the hardware swizzles absolute address bits: the block itself starts on 1024 bytes.
     code = re.sub(r"extern __shared__ __align__\(\d+\) ", "extern __shared__ __align__(1024) ", code)
-    return _with_headers(_with_cluster_dims(code))
+    return _with_headers(_with_one_block_per_sm(_with_cluster_dims(code)))
 
 
 _CLUSTER_MARK = re.compile(r"tl::cluster_dims<(\d+), (\d+), (\d+)>\(\)")
@@ -103,6 +103,18 @@ def _with_cluster_dims(code: str) -> str:
             out.append(code[a : a + len(head)] + f"__cluster_dims__({', '.join(mark.groups())}) ")
             last = a + len(head)
     return "".join(out) + code[last:]
+
+
+def _with_one_block_per_sm(code: str) -> str:
+    """`__launch_bounds__(threads, 1)` on each kernel whose body calls setmaxnreg. Without a minimum
+    of blocks per SM, ptxas may not know the register count the kernel starts with, and then drops
+    every setmaxnreg with only a remark (C7508): the warpgroups all run at the launch count and the
+    consumers spill (seen: 1.2 KB of spills in a three-warpgroup MLA decode kernel, none with the
+    bound). Such kernels run one block per SM anyway: the warpgroups share the whole register file."""
+    for name, body in kernel_bodies(code).items():
+        if register_counts.wanted(body):
+            code = re.sub(rf"__launch_bounds__\((\d+)\) {name}\(", rf"__launch_bounds__(\1, 1) {name}(", code)
+    return code
 
 
 _KERNEL_DEF = re.compile(

@@ -12,6 +12,7 @@ ptxas launched with 168 registers.
 from __future__ import annotations
 
 import re
+import warnings
 
 from tilelang.language.barriers import SETMAXNREG_CALL
 from tilelang.language.diagnostics import UserError
@@ -22,7 +23,8 @@ _USED = re.compile(r"Used (\d+) registers")
 
 
 def wanted(device_src: str) -> bool:
-    """Whether the device unit calls setmaxnreg (and so is assembled with `PTXAS_VERBOSE`)."""
+    """Whether the source (a device unit or a kernel of it) calls setmaxnreg (a unit that does is
+    assembled with `PTXAS_VERBOSE`)."""
     return "tl::setmaxnreg_" in device_src
 
 
@@ -39,6 +41,12 @@ def launch_counts(ptxas_log: str) -> dict[str, int]:
 
 def check(kernel_bodies: dict[str, str], ptxas_log: str) -> None:
     """Raise a UserError for a setmaxnreg.inc below the launch count."""
+    if "C7508" in ptxas_log:  # see codegen/cuda.py: _with_one_block_per_sm
+        warnings.warn(
+            f"ptxas ignored T.set_max_nreg in {', '.join(kernel_bodies)}: it could not tell the register "
+            "count the kernel starts with, so every warpgroup runs with the launch count",
+            stacklevel=2,
+        )
     counts = launch_counts(ptxas_log)
     for kernel, body in kernel_bodies.items():
         if kernel not in counts:

@@ -68,3 +68,23 @@ def test_report_parsing():
     # 58 registers are allocated as 64: raising to 64 is fine; b's 160 is below its 168.
     with pytest.raises(UserError, match=r"T.set_max_nreg\(160, 1\) in kernel 'b_kernel'.*at least 168"):
         register_counts.check(cuda.kernel_bodies(src), log)
+
+
+def test_setmaxnreg_kernels_run_one_block_per_sm():
+    # Without a minimum of blocks per SM ptxas may drop every setmaxnreg (remark C7508), and the
+    # consumers spill at the launch count (seen in a three-warpgroup MLA decode kernel).
+    src = _source(_warpgroups(240, 240, 24))
+    assert "__launch_bounds__(384, 1) main_kernel(" in src
+    assert "__launch_bounds__(384)" not in src
+
+
+def test_a_dropped_setmaxnreg_is_reported():
+    src = 'extern "C" __global__ void __launch_bounds__(384) k(int* x) {\n  tl::setmaxnreg_inc<240>();\n}\n'
+    log = (
+        "ptxas info    : (C7508) Potential Performance Loss: 'setmaxnreg' ignored; "
+        "unable to determine register count at entry.\n"
+        "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
+        "ptxas info    : Used 168 registers, used 1 barriers\n"
+    )
+    with pytest.warns(UserWarning, match=r"ptxas ignored T.set_max_nreg in k"):
+        register_counts.check(cuda.kernel_bodies(src), log)
