@@ -163,6 +163,9 @@ def free_layouts(node: LoopNode, analyzer, coalesced_width: int = 0) -> list:
     plain_vec = vec
     while plain_vec > 1 and total % (node.num_threads * plain_vec) != 0:
         plain_vec //= 2  # wider vectors would leave threads idle or split a round unevenly
+    rounds = lambda v: -(-total // (node.num_threads * v))  # noqa: E731
+    if rounds(vec) < rounds(plain_vec):
+        plain_vec = vec  # a partial last round either way, and fewer rounds (a 64x128 tile on 384 threads)
     out = [fl.partition(node.shape, node.num_threads, plain_vec).with_shape_vars(node.vars)]
     rows = fl.partition_rows(node.shape, node.num_threads, vec)
     if rows is not None and len(node.shape) > 1:

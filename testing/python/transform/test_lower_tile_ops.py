@@ -40,6 +40,25 @@ def test_vectorized_copy_through_a_fragment():
 
 def test_partial_round_gets_a_validity_guard():
     @T.prim_func
+    def before(A: T.Tensor((99,), "float32")):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(99):  # odd: no vector fits
+                A[i] = A[i] * 2.0
+
+    @T.prim_func
+    def expected(A: T.Tensor((99,), "float32")):
+        with T.Kernel(1, threads=64):
+            tx = T.get_thread_binding()
+            for r in T.serial(2):
+                if r != 1 or tx < 35:  # the inverse's padding predicate, simplified
+                    A[r * 64 + tx] = A[r * 64 + tx] * T.float32(2.0)
+
+    assert_ir_equal(_run(before), expected)
+
+
+def test_vectors_when_they_take_fewer_rounds():
+    # 100 elements on 64 threads: two rounds one by one, one round of 4-wide vectors (on 25 threads).
+    @T.prim_func
     def before(A: T.Tensor((100,), "float32")):
         with T.Kernel(1, threads=64):
             for i in T.Parallel(100):
@@ -49,9 +68,9 @@ def test_partial_round_gets_a_validity_guard():
     def expected(A: T.Tensor((100,), "float32")):
         with T.Kernel(1, threads=64):
             tx = T.get_thread_binding()
-            for r in T.serial(2):
-                if r != 1 or tx < 36:  # the inverse's padding predicate, simplified
-                    A[r * 64 + tx] = A[r * 64 + tx] * T.float32(2.0)
+            for v in T.vectorized(4):
+                if tx < 25:
+                    A[tx * 4 + v] = A[tx * 4 + v] * T.float32(2.0)
 
     assert_ir_equal(_run(before), expected)
 
