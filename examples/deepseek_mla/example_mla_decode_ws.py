@@ -8,7 +8,12 @@ a time, with three warpgroups:
 - warpgroup 0 computes the scores of block a and the softmax; it owns output columns 0-255;
 - warpgroup 1 computes the scores of block b and the softmax; it owns columns 256-511;
 - warpgroup 2 loads the KV blocks with TMA: a into stage 0, b into stage 1, each cut into its
-  rotary part and its left and right halves, each part refilled as soon as its readers are done.
+  rotary part and four 128-column parts, each part refilled as soon as its readers are done.
+
+The scores start on the first part that lands, and each P·V is one wgmma per part (N = 128, into
+one of two accumulators per warpgroup) that frees its part as soon as it retires: the finer the
+parts, the sooner the producer can refill them (measured on the H200, b64 fp16: whole blocks 486,
+halves 522, 128-column parts 552 TFLOP/s; 64-column parts were no faster).
 
 Each consumer multiplies both P's into its half of O: its own P from registers, the other's
 through shared memory. The running row max goes a -> b (m_a = max(m, rowmax S_a), then
@@ -18,11 +23,12 @@ do. The two row sums are added at the end.
 
 Barriers (T.alloc_barrier, phases counted per pair j, so waits use parity j % 2; a wait for a
 buffer's previous round uses (j + 1) % 2, which passes at once on a fresh barrier):
-  *_full[s]   the TMA bytes of part * (p: rotary, l: left, r: right) of stage s arrived;
-  *_empty[s]  the part's readers are done with it (the producer may refill it);
+  p_full[s], kv_full[s * 4 + q]    the TMA bytes of the rotary part / part q of stage s arrived;
+  p_empty[s], kv_empty[s * 4 + q]  the part's readers are done with it (the producer may refill it);
   ma_ready, pa_ready, a_free   m_a and P_a from warpgroup 0 to 1, and back;
   b_ready, b_free              m_b and P_b from warpgroup 1 to 0, and back;
-  l0_ready, l1_ready           the row sums, at the end.
+  l0_ready, l1_ready           the row sums, at the end (each warpgroup is then past its loop: the
+                               output goes out through Q's shared tile, which no one reads any more).
 """
 
 import argparse
@@ -37,23 +43,56 @@ import tilelang.language as T
 @tilelang.jit(out_idx=[4], pass_configs={tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True})
 def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype="float16"):
     block_H = 64  # one wgmma row block per consumer warpgroup
+    W = 128  # columns of a KV part: one TMA copy, one barrier pair, one P·V wgmma
+    n_parts = dim // W
+    mine = n_parts // 2  # the parts of a consumer's half of the output columns
     scale = (1.0 / (dim + pe_dim)) ** 0.5 * 1.44269504  # 1/sqrt(d), times log2(e) for exp2
     accum = "float"
-    half = dim // 2
     assert heads % block_H == 0, f"heads must be a multiple of {block_H}"
     assert seqlen_kv % (2 * block_N) == 0, f"seqlen_kv must be a multiple of {2 * block_N} (pairs of KV blocks)"
     n_pairs = seqlen_kv // block_N // 2
 
     @T.macro
-    def scores(q_pe, Q_l, Q_r, K_p, K_l, K_r, p_full, l_full, r_full, S, s, parity):
+    def scores(q_pe, Q_s, K_p, K_s, p_full, kv_full, S, s, parity):
         """S = [Q_pe, Q]·[K_pe, K]ᵀ of the block in stage `s`, each part as soon as its load lands."""
         T.barrier_wait(p_full[s], parity)
         T.gemm(q_pe, K_p[s, :, :], S, transpose_B=True, clear_accum=True, wg_wait=-1)
-        T.barrier_wait(l_full[s], parity)
-        T.gemm(Q_l, K_l[s, :, :], S, transpose_B=True, wg_wait=-1)
-        T.barrier_wait(r_full[s], parity)
-        T.gemm(Q_r, K_r[s, :, :], S, transpose_B=True, wg_wait=-1)
+        for q in T.unroll(n_parts):
+            T.barrier_wait(kv_full[s * n_parts + q], parity)
+            T.gemm(Q_s[q, :, :], K_s[s, q, :, :], S, transpose_B=True, wg_wait=-1)
         T.wait_wgmma(0)
+
+    @T.macro
+    def rescale_o(O0, O1, f):
+        for i, k in T.Parallel(block_H, W):
+            O0[i, k] *= f[i]
+        for i, k in T.Parallel(block_H, W):
+            O1[i, k] *= f[i]
+
+    @T.macro
+    def pv(P, K_s, kv_empty, O0, O1, s, first):
+        """O0, O1 += P · parts `first`, `first` + 1 of stage `s`, each freed once its wgmma retires
+        (their loads were waited for by this warpgroup's scores or by the caller)."""
+        T.gemm(P, K_s[s, first, :, :], O0, wg_wait=-1)
+        T.gemm(P, K_s[s, first + 1, :, :], O1, wg_wait=-1)
+        T.wait_wgmma(1)
+        T.barrier_arrive(kv_empty[s * n_parts + first])
+        T.wait_wgmma(0)
+        T.barrier_arrive(kv_empty[s * n_parts + first + 1])
+
+    @T.macro
+    def store(O0, O1, sum_exp, O_s, Output, bid, hid, first):
+        """O / l into output parts `first` and `first` + 1, through shared memory: rows of 16-byte
+        stores instead of each thread's 4-byte pieces of rows (measured 1-1.5% faster overall)."""
+        for i, k in T.Parallel(block_H, W):
+            O0[i, k] /= sum_exp[i]
+        for i, k in T.Parallel(block_H, W):
+            O1[i, k] /= sum_exp[i]
+        T.copy(O0, O_s[first, :, :])
+        T.copy(O1, O_s[first + 1, :, :])
+        for q in T.unroll(2):
+            cols = (first + q) * W
+            T.copy(O_s[first + q, :, :], Output[bid, hid * block_H : (hid + 1) * block_H, cols : cols + W])
 
     @T.prim_func
     def main(
@@ -64,20 +103,18 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
         Output: T.Tensor([batch, heads, dim], dtype),
     ):
         with T.Kernel(heads // block_H, batch, threads=384) as (hid, bid):
-            Q_l = T.alloc_shared([block_H, half], dtype)
-            Q_r = T.alloc_shared([block_H, half], dtype)
-            K_l = T.alloc_shared([2, block_N, half], dtype)
-            K_r = T.alloc_shared([2, block_N, half], dtype)
+            Q_s = T.alloc_shared([n_parts, block_H, W], dtype)  # Q; at the end, O on its way out
+            K_s = T.alloc_shared([2, n_parts, block_N, W], dtype)
             K_p = T.alloc_shared([2, block_N, pe_dim], dtype)
             P_a = T.alloc_shared([block_H, block_N], dtype)
             P_b = T.alloc_shared([block_H, block_N], dtype)
             stat = T.alloc_shared([2, block_H], accum)  # m_a, m_b; at the end the two row sums
             p_full = T.alloc_barrier([1, 1])
-            l_full = T.alloc_barrier([1, 1])
-            r_full = T.alloc_barrier([1, 1])
+            kv_full = T.alloc_barrier([1] * (2 * n_parts))
             p_empty = T.alloc_barrier([128, 128])  # a: wg0's scores; b: wg1's scores
-            l_empty = T.alloc_barrier([128, 256])  # a: wg0's P·V; b: wg1's scores and wg0's P·V
-            r_empty = T.alloc_barrier([256, 128])  # a: wg0's scores and wg1's P·V; b: wg1's P·V
+            # a: left parts wg0's (scores, P·V), right parts wg0's scores and wg1's P·V;
+            # b: left parts wg1's scores and wg0's P·V, right parts wg1's (scores, P·V)
+            kv_empty = T.alloc_barrier([128] * mine + [256] * mine + [256] * mine + [128] * mine)
             ma_ready = T.alloc_barrier(128)
             pa_ready = T.alloc_barrier(128)
             a_free = T.alloc_barrier(128)
@@ -86,28 +123,31 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
             l0_ready = T.alloc_barrier(128)
             l1_ready = T.alloc_barrier(128)
 
-            T.copy(Q[bid, hid * block_H : (hid + 1) * block_H, 0:half], Q_l)
-            T.copy(Q[bid, hid * block_H : (hid + 1) * block_H, half:dim], Q_r)
+            for q in T.unroll(n_parts):
+                T.copy(Q[bid, hid * block_H : (hid + 1) * block_H, q * W : (q + 1) * W], Q_s[q, :, :])
             tx = T.get_thread_binding()
             if tx < 128:  # scores of block a; output columns 0-255
                 T.set_max_nreg(240, 1)
                 q_pe = T.alloc_fragment([block_H, pe_dim], dtype)
                 S = T.alloc_fragment([block_H, block_N], accum)
                 P = T.alloc_fragment([block_H, block_N], dtype)
-                O_l = T.alloc_fragment([block_H, half], accum)
+                O0 = T.alloc_fragment([block_H, W], accum)
+                O1 = T.alloc_fragment([block_H, W], accum)
                 m = T.alloc_fragment([block_H], accum)
                 m_prev = T.alloc_fragment([block_H], accum)
                 rescale = T.alloc_fragment([block_H], accum)
                 row_sum = T.alloc_fragment([block_H], accum)
                 sum_exp = T.alloc_fragment([block_H], accum)
                 T.copy(Q_pe[bid, hid * block_H : (hid + 1) * block_H, :], q_pe)
-                T.fill(O_l, 0)
+                T.fill(O0, 0)
+                T.fill(O1, 0)
                 T.fill(sum_exp, 0)
                 T.fill(m, -T.infinity(accum))
                 for j in T.serial(n_pairs):
-                    scores(q_pe, Q_l, Q_r, K_p, K_l, K_r, p_full, l_full, r_full, S, 0, j % 2)
+                    scores(q_pe, Q_s, K_p, K_s, p_full, kv_full, S, 0, j % 2)
                     T.barrier_arrive(p_empty[0])
-                    T.barrier_arrive(r_empty[0])
+                    for q in T.unroll(mine):
+                        T.barrier_arrive(kv_empty[mine + q])  # the right parts: wg1 multiplies them
                     T.copy(m, m_prev)
                     T.reduce_max(S, m, dim=1, clear=False)
                     T.barrier_wait(a_free[0], (j + 1) % 2)
@@ -123,10 +163,8 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                     T.copy(S, P)
                     T.copy(S, P_a)
                     T.barrier_arrive(pa_ready[0])
-                    for i, k in T.Parallel(block_H, half):
-                        O_l[i, k] *= rescale[i]
-                    T.gemm(P, K_l[0, :, :], O_l)
-                    T.barrier_arrive(l_empty[0])
+                    rescale_o(O0, O1, rescale)
+                    pv(P, K_s, kv_empty, O0, O1, 0, 0)
                     # block b: its P and max come from warpgroup 1
                     T.copy(m, m_prev)
                     T.barrier_wait(b_ready[0], j % 2)
@@ -135,26 +173,24 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                         rescale[i] = T.exp2(m_prev[i] * scale - m[i] * scale)
                     for i in T.Parallel(block_H):
                         sum_exp[i] *= rescale[i]
-                    for i, k in T.Parallel(block_H, half):
-                        O_l[i, k] *= rescale[i]
-                    T.barrier_wait(l_full[1], j % 2)
-                    T.gemm(P_b, K_l[1, :, :], O_l)
-                    T.barrier_arrive(l_empty[1])
+                    rescale_o(O0, O1, rescale)
+                    for q in T.unroll(mine):
+                        T.barrier_wait(kv_full[n_parts + q], j % 2)
+                    pv(P_b, K_s, kv_empty, O0, O1, 1, 0)
                     T.barrier_arrive(b_free[0])
                 T.copy(sum_exp, stat[0, :])
                 T.barrier_arrive(l0_ready[0])
                 T.barrier_wait(l1_ready[0], 0)
                 for i in T.Parallel(block_H):
                     sum_exp[i] += stat[1, i]
-                for i, k in T.Parallel(block_H, half):
-                    O_l[i, k] /= sum_exp[i]
-                T.copy(O_l, Output[bid, hid * block_H : (hid + 1) * block_H, 0:half])
+                store(O0, O1, sum_exp, Q_s, Output, bid, hid, 0)
             elif tx < 256:  # scores of block b; output columns 256-511
                 T.set_max_nreg(240, 1)
                 q_pe = T.alloc_fragment([block_H, pe_dim], dtype)
                 S = T.alloc_fragment([block_H, block_N], accum)
                 P = T.alloc_fragment([block_H, block_N], dtype)
-                O_r = T.alloc_fragment([block_H, half], accum)
+                O0 = T.alloc_fragment([block_H, W], accum)
+                O1 = T.alloc_fragment([block_H, W], accum)
                 m = T.alloc_fragment([block_H], accum)
                 m_prev = T.alloc_fragment([block_H], accum)
                 m_a = T.alloc_fragment([block_H], accum)
@@ -162,13 +198,15 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                 row_sum = T.alloc_fragment([block_H], accum)
                 sum_exp = T.alloc_fragment([block_H], accum)
                 T.copy(Q_pe[bid, hid * block_H : (hid + 1) * block_H, :], q_pe)
-                T.fill(O_r, 0)
+                T.fill(O0, 0)
+                T.fill(O1, 0)
                 T.fill(sum_exp, 0)
                 T.fill(m, -T.infinity(accum))
                 for j in T.serial(n_pairs):
-                    scores(q_pe, Q_l, Q_r, K_p, K_l, K_r, p_full, l_full, r_full, S, 1, j % 2)
+                    scores(q_pe, Q_s, K_p, K_s, p_full, kv_full, S, 1, j % 2)
                     T.barrier_arrive(p_empty[1])
-                    T.barrier_arrive(l_empty[1])
+                    for q in T.unroll(mine):
+                        T.barrier_arrive(kv_empty[n_parts + q])  # the left parts: wg0 multiplies them
                     T.copy(m, m_prev)
                     T.barrier_wait(ma_ready[0], j % 2)
                     T.copy(stat[0, :], m_a)
@@ -184,31 +222,26 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                     T.barrier_arrive(b_ready[0])
                     for i in T.Parallel(block_H):
                         sum_exp[i] = sum_exp[i] * T.exp2(m_prev[i] * scale - m[i] * scale) + row_sum[i]
-                    # O_r first takes P_a (relative to m_a), then P_b (relative to m_b)
+                    # this half of O first takes P_a (relative to m_a), then P_b (relative to m_b)
                     for i in T.Parallel(block_H):
                         rescale[i] = T.exp2(m_prev[i] * scale - m_a[i] * scale)
-                    for i, k in T.Parallel(block_H, half):
-                        O_r[i, k] *= rescale[i]
+                    rescale_o(O0, O1, rescale)
                     T.barrier_wait(pa_ready[0], j % 2)
-                    T.barrier_wait(r_full[0], j % 2)
-                    T.gemm(P_a, K_r[0, :, :], O_r)
-                    T.barrier_arrive(r_empty[0])
+                    for q in T.unroll(mine):
+                        T.barrier_wait(kv_full[mine + q], j % 2)
+                    pv(P_a, K_s, kv_empty, O0, O1, 0, mine)
                     T.barrier_arrive(a_free[0])
                     for i in T.Parallel(block_H):
                         rescale[i] = T.exp2(m_a[i] * scale - m[i] * scale)
-                    for i, k in T.Parallel(block_H, half):
-                        O_r[i, k] *= rescale[i]
-                    T.gemm(P, K_r[1, :, :], O_r)
-                    T.barrier_arrive(r_empty[1])
+                    rescale_o(O0, O1, rescale)
+                    pv(P, K_s, kv_empty, O0, O1, 1, mine)
                 T.barrier_wait(b_free[0], (n_pairs - 1) % 2)  # warpgroup 0 has read the last m_b
                 T.copy(sum_exp, stat[1, :])
                 T.barrier_arrive(l1_ready[0])
                 T.barrier_wait(l0_ready[0], 0)
                 for i in T.Parallel(block_H):
                     sum_exp[i] += stat[0, i]
-                for i, k in T.Parallel(block_H, half):
-                    O_r[i, k] /= sum_exp[i]
-                T.copy(O_r, Output[bid, hid * block_H : (hid + 1) * block_H, half:dim])
+                store(O0, O1, sum_exp, Q_s, Output, bid, hid, mine)
             else:  # the producer: parts in the order their readers free them
                 T.set_max_nreg(24, 0)
                 for j in T.serial(n_pairs):
@@ -220,18 +253,13 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                             barrier=p_full[s],
                         )
                     for s in T.unroll(2):
-                        T.barrier_wait(l_empty[s], (j + 1) % 2)
-                        T.tma_copy(
-                            KV[bid, (2 * j + s) * block_N : (2 * j + s + 1) * block_N, 0, 0:half],
-                            K_l[s, :, :],
-                            barrier=l_full[s],
-                        )
-                        T.barrier_wait(r_empty[s], (j + 1) % 2)
-                        T.tma_copy(
-                            KV[bid, (2 * j + s) * block_N : (2 * j + s + 1) * block_N, 0, half:dim],
-                            K_r[s, :, :],
-                            barrier=r_full[s],
-                        )
+                        for q in T.unroll(n_parts):
+                            T.barrier_wait(kv_empty[s * n_parts + q], (j + 1) % 2)
+                            T.tma_copy(
+                                KV[bid, (2 * j + s) * block_N : (2 * j + s + 1) * block_N, 0, q * W : (q + 1) * W],
+                                K_s[s, q, :, :],
+                                barrier=kv_full[s * n_parts + q],
+                            )
 
     return main
 

@@ -628,9 +628,9 @@ def test_mla_seesaw_example():
 
 
 def test_mla_seesaw_producer_that_does_not_wait_is_caught():
-    """The producer refilling a left half before its readers (both warpgroups for block b) are done."""
+    """The producer refilling KV parts before their readers (one or both warpgroups) are done."""
     kernel, threads = _device_kernel(mla_ws.mla_decode_ws.factory(1, 64, 512), {"tl.enable_fast_math": True})
-    broken = _without(kernel, "tl::mbarrier_wait", lambda name: name == "l_empty")
+    broken = _without(kernel, "tl::mbarrier_wait", lambda name: name == "kv_empty")
     with pytest.raises(ProtocolError):
         for seed in range(5):
             run_block(broken, threads, _bx(0), seed)
