@@ -32,7 +32,7 @@ from tilelang.transform.pipeline_loops import pipeline_loops
 from tilelang.transform.rasterize_blocks import rasterize_blocks
 from tilelang.transform.specialize_uniform_masks import specialize_uniform_masks
 from tilelang.transform.stage_fragment_stores import stage_fragment_stores
-from tilelang.transform.sync_thread_branches import expose_thread_branches, restore_thread_branches
+from tilelang.transform.sync_thread_branches import expose_thread_branches, restore_thread_branches, thread_sync
 from tilelang.transform.warp_specialize import CONSUMER_BRANCH, warp_specialize
 
 logger = logging.getLogger("tilelang")
@@ -102,8 +102,8 @@ def _tvm_passes(config: dict):
         # Branches of the first n threads: barriers around them, their condition hidden from TVM's
         # barrier insertion and put back after it, with the barriers inside over the n threads.
         ("expose_thread_branches", _apply_to_funcs(expose_thread_branches)),
-        ("thread_sync_shared", s_tir.transform.ThreadSync("shared")),
-        ("thread_sync_shared_dyn", s_tir.transform.ThreadSync("shared.dyn")),
+        ("thread_sync_shared", thread_sync("shared")),
+        ("thread_sync_shared_dyn", thread_sync("shared.dyn")),
         ("restore_thread_branches", _apply_to_funcs(restore_thread_branches)),
         # Barriers inside a warp-specialized kernel's consumer branch wait for the consumers only.
         ("consumer_barriers", consumer_barriers()),

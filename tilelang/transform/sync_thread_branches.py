@@ -23,6 +23,12 @@ Before:  if tx < 128:          1: sync                    3: sync
                                       S[...] = ...               S[...] = ...
                                   sync                       sync
 
+A condition the same for every thread of the block (`if tile < total:` in a persistent kernel's
+loop over tiles: block indices, loop counters and scalars only) is marked thread-invariant for
+TVM, which then places barriers inside it too, and unmarked afterwards. TVM's barrier insertion
+runs through `thread_sync`, which reports a barrier needed under any other condition as the user's
+mistake, at their `if`.
+
 Requires: `lower_tile_ops` (the marks), shared memory merged. Guarantees: no `tl.thread_branch`
 attribute remains after `restore_thread_branches`.
 """
@@ -31,9 +37,9 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tvm import ir, tirx
+from tvm import ir, s_tir, tirx
 
-from tilelang.language.diagnostics import UserError
+from tilelang.language.diagnostics import UserError, at_span
 from tilelang.utils.ir import extern, is_block_barrier, seq, statements
 
 THREAD_BRANCH = "tl.thread_branch"  # one side of a thread branch: node [lo, hi)
@@ -78,9 +84,49 @@ def _block_sync(scope):
     return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", ir.StringImm(scope)))
 
 
+def _block_uniform(body):
+    """A test of whether an expression has one value across the threads of a block: it reads no
+    memory, calls nothing, and its variables are block indices, scalar parameters, or loop and let
+    variables defined from such expressions."""
+    defs, varying = {}, set()
+
+    def on_attr(node):
+        if node.attr_key == "thread_extent" and not str(node.node.thread_tag).startswith("blockIdx"):
+            varying.add(node.node.var)
+
+    tvm_ffi.structural_walk(
+        body,
+        [
+            (tirx.AttrStmt, on_attr),
+            (tirx.LetStmt, lambda n: defs.__setitem__(n.var, [n.value])),
+            (tirx.For, lambda n: defs.__setitem__(n.loop_var, [n.min, n.extent])),
+        ],
+    )
+
+    def uniform(expr) -> bool:
+        ok = [True]
+
+        def on_var(v):
+            if v in varying or not all(uniform(d) for d in defs.get(v, [])):
+                ok[0] = False
+
+        def on_impure(_):
+            ok[0] = False
+
+        tvm_ffi.structural_walk(expr, [(tirx.Var, on_var), (ir.TensorLoad, on_impure), (ir.Call, on_impure)])
+        return ok[0]
+
+    return uniform
+
+
 def expose_thread_branches(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    uniform = _block_uniform(func.body)
+
     def on_if(node):
         if not (_is_mark(node.then_case) or _is_mark(node.else_case)):
+            if uniform(node.condition):
+                invariant = tirx.call_intrin(node.condition.ty, "tirx.tvm_thread_invariant", node.condition)
+                return tirx.IfThenElse(invariant, node.then_case, node.else_case, span=node.span)
             return node
         scopes = set()
         for case in (node.then_case, node.else_case):
@@ -98,6 +144,40 @@ def expose_thread_branches(func: tirx.PrimFunc) -> tirx.PrimFunc:
         return seq([sync, tirx.AttrStmt(node.condition, _HIDDEN, flag, seq(sides)), sync])
 
     return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.IfThenElse, on_if)], order="post"))
+
+
+def _is_invariant_mark(cond) -> bool:
+    return isinstance(cond, ir.Call) and isinstance(cond.op, ir.Op) and cond.op.name == "tirx.tvm_thread_invariant"
+
+
+def thread_sync(scope: str):
+    """TVM's barrier insertion for `scope`; its refusal to put a barrier under a condition that may
+    differ between threads becomes a UserError at the user's `if`."""
+    insert = s_tir.transform.ThreadSync(scope)
+
+    def run(mod):
+        try:
+            return insert(mod)
+        except Exception as err:  # noqa: BLE001 (one message of TVM's is the user's mistake)
+            if "Cannot insert syncs inside condition" not in str(err):
+                raise
+            suspects = []
+
+            def on_if(node):
+                if not _is_invariant_mark(node.condition) and _shared_scopes(node.then_case):
+                    suspects.append(node.span)
+
+            for func in mod.functions.values():
+                tvm_ffi.structural_walk(func.body, [(tirx.IfThenElse, on_if)])
+            raise at_span(
+                "threads read shared memory other threads wrote inside an `if` whose condition may differ "
+                "between the threads of a block (it reads memory or depends on the thread index): the "
+                "barrier it needs could wait for threads that never come. Compute the condition from block "
+                "indices, loop counters and scalar arguments only, or move the shared-memory work out of it",
+                *suspects,
+            ) from None
+
+    return run
 
 
 def restore_thread_branches(func: tirx.PrimFunc) -> tirx.PrimFunc:
@@ -130,4 +210,10 @@ def restore_thread_branches(func: tirx.PrimFunc) -> tirx.PrimFunc:
             return tirx.IfThenElse(node.node, then_case, else_case)
         return body
 
-    return func.with_body(tvm_ffi.structural_mutate(func.body, [(tirx.AttrStmt, on_attr)]))
+    def on_if(node):  # a block-uniform condition loses its mark
+        if _is_invariant_mark(node.condition):
+            return tirx.IfThenElse(node.condition.args[0], node.then_case, node.else_case, span=node.span)
+        return node
+
+    body = tvm_ffi.structural_mutate(func.body, [(tirx.AttrStmt, on_attr)])
+    return func.with_body(tvm_ffi.structural_map(body, [(tirx.IfThenElse, on_if)], order="post"))

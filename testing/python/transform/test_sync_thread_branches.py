@@ -392,3 +392,56 @@ def test_three_roles_on_gpu():
     s = a.float() @ a.float().T
     ref = torch.stack([s.max(dim=1).values, s.sum(dim=1), a.float().sum(dim=1)], dim=1)
     torch.testing.assert_close(kernel(a), ref, rtol=1e-3, atol=1e-2)
+
+
+def tiles_in_turn(tiles=5, blocks=2):
+    """A persistent loop: each block walks tiles bx, bx + blocks, ...; a tile goes through shared
+    memory transposed, so threads read what others wrote: barriers inside `if tile < tiles:`."""
+
+    @T.prim_func
+    def main(A: T.Tensor((tiles * 64, 64), "float32"), B: T.Tensor((tiles * 64, 64), "float32")):
+        with T.Kernel(blocks, threads=128) as bx:
+            S = T.alloc_shared((64, 64), "float32")
+            for t in T.serial(T.ceildiv(tiles, blocks)):
+                tile = t * blocks + bx
+                if tile < tiles:
+                    T.copy(A[tile * 64 : (tile + 1) * 64, :], S)
+                    for i, j in T.Parallel(64, 64):
+                        B[tile * 64 + i, j] = S[j, i]
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_barriers_inside_a_block_uniform_condition(target):
+    # TVM places barriers only inside conditions marked thread-invariant; block indices, loop
+    # counters and scalars are the same on every thread, so this one is marked (and unmarked after).
+    src = tilelang.compile(tiles_in_turn(), out_idx=[1], target=target).get_kernel_source()
+    loop = src[src.index("for (int t = 0; t < 3; ++t) {") :]
+    head, inside = loop.split("if (((t * 2) + ((int)blockIdx.x)) < 5) {")
+    assert len(_barriers(inside)) == 1  # between the stores to S and the transposed reads
+    assert len(_barriers(head)) == 1  # the last tile's reads before this tile's stores
+    assert "thread_invariant" not in src
+    cuda.compile_object(src, tilelang.utils.target.determine_target(target))
+
+
+def test_a_condition_reading_memory_is_not_block_uniform():
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32"), n: T.Tensor((1,), "int32")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((64, 64), "float32")
+            if n[0] > 0:  # each thread loads n[0]: TVM is not told it is uniform
+                T.copy(A, S)
+                for i, j in T.Parallel(64, 64):
+                    B[i, j] = S[j, i]
+
+    message = r"(?s)inside an `if` whose condition may differ between the threads.*\n\s*\| if n\[0\] > 0:"
+    with pytest.raises(UserError, match=message):
+        tilelang.compile(main, out_idx=[1], target="sm_80")
+
+
+@pytest.mark.gpu
+def test_block_uniform_condition_on_gpu():
+    kernel = tilelang.compile(tiles_in_turn(), out_idx=[1])
+    a = torch.randn(5 * 64, 64, device="cuda")
+    torch.testing.assert_close(kernel(a), a.view(5, 64, 64).transpose(1, 2).reshape(5 * 64, 64))
