@@ -154,6 +154,11 @@ def runs_where_held(loop_layout: fl.Fragment, frag: fl.Fragment, indices, loop_v
     return all(bool(frag.holds(row, elem).all()) for row in runners)
 
 
+def _rounds(total: int, threads: int, vec: int) -> int:
+    """How many times each thread runs a loop of `total` elements spread `vec` at a time."""
+    return -(-total // (threads * vec))
+
+
 def free_layouts(node: LoopNode, analyzer, coalesced_width: int = 0) -> list:
     """Candidate layouts of a loop with no constraint: the plain spread over its threads, then a
     spread that keeps each row on one aligned group of threads (for row reductions); each with the
@@ -163,8 +168,7 @@ def free_layouts(node: LoopNode, analyzer, coalesced_width: int = 0) -> list:
     plain_vec = vec
     while plain_vec > 1 and total % (node.num_threads * plain_vec) != 0:
         plain_vec //= 2  # wider vectors would leave threads idle or split a round unevenly
-    rounds = lambda v: -(-total // (node.num_threads * v))  # noqa: E731
-    if rounds(vec) < rounds(plain_vec):
+    if _rounds(total, node.num_threads, vec) < _rounds(total, node.num_threads, plain_vec):
         plain_vec = vec  # a partial last round either way, and fewer rounds (a 64x128 tile on 384 threads)
     out = [fl.partition(node.shape, node.num_threads, plain_vec).with_shape_vars(node.vars)]
     rows = fl.partition_rows(node.shape, node.num_threads, vec)

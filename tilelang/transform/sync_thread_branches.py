@@ -103,11 +103,18 @@ def _block_uniform(body):
         ],
     )
 
+    known = {}  # variable -> uniform, each decided once
+
+    def uniform_var(v) -> bool:
+        if v not in known:
+            known[v] = v not in varying and all(uniform(d) for d in defs.get(v, []))
+        return known[v]
+
     def uniform(expr) -> bool:
         ok = [True]
 
         def on_var(v):
-            if v in varying or not all(uniform(d) for d in defs.get(v, [])):
+            if not uniform_var(v):
                 ok[0] = False
 
         def on_impure(_):
@@ -164,7 +171,8 @@ def thread_sync(scope: str):
             suspects = []
 
             def on_if(node):
-                if not _is_invariant_mark(node.condition) and _shared_scopes(node.then_case):
+                sides = [c for c in (node.then_case, node.else_case) if c is not None]
+                if not _is_invariant_mark(node.condition) and any(_shared_scopes(c) for c in sides):
                     suspects.append(node.span)
 
             for func in mod.functions.values():
