@@ -2,7 +2,8 @@
 
 `setmaxnreg.inc` may only raise a warpgroup's count: asked for less than the count the kernel runs
 with, the GPU stops the kernel with an illegal instruction. (`setmaxnreg.dec` above the launch count
-is not checked: whether the GPU accepts it has not been seen either way.) The launch count is
+runs: 64 and 160 in a 384-thread kernel launched with fewer, on the H200; above the launch bound's
+cap ptxas refuses it, and transform/register_budget.py says so first.) The launch count is
 ptxas's choice (the launch bound's cap, 168 for 384 threads, when some warpgroup raises its count
 far; less otherwise), known only from its `-v` report, so kernels that call setmaxnreg are assembled
 with it and checked here. Seen on the H200: warpgroups at 240 and 160 in a 384-thread kernel that

@@ -44,7 +44,17 @@ class RegisterBudget:
                 "put it where whole warpgroups run (`if tx < 128:`, `elif tx < 256:`, ...)",
                 span,
             )
-        self.asks.append((first, count, int(match.group(2)), span))
+        kind, registers = match.group(1), int(match.group(2))
+        if kind == "dec" and registers > launch_count(threads):
+            # ptxas refuses it (C7406); below that, a lowering above the count ptxas picked runs
+            # (seen on the H200: 64 and 160 in a 384-thread kernel launched with far fewer).
+            raise at_span(
+                f"T.set_max_nreg({registers}, 0) lowers a warpgroup's registers to {registers}, but a "
+                f"{threads}-thread block is launched with at most {launch_count(threads)} per thread: "
+                f"ask for at most {launch_count(threads)} (a producer usually gives back down to 24-40)",
+                span,
+            )
+        self.asks.append((first, count, registers, span))
         self.threads = threads
 
     def check(self):

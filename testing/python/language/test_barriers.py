@@ -133,6 +133,14 @@ def test_register_budget():
     tilelang.compile(_three_warpgroups(24), target="sm_90a")
 
 
+def test_lowering_above_the_launch_count():
+    # ptxas rejects a setmaxnreg.dec above the 168 registers a 384-thread block has at most (C7406).
+    message = r"(?s)T.set_max_nreg\(176, 0\) lowers .* at most 168 per thread"
+    message += r".*test_barriers.py:\d+\n\s*\| T.set_max_nreg\(producer_registers, 0\)"
+    with pytest.raises(UserError, match=message):
+        tilelang.compile(_three_warpgroups(176), target="sm_90a")
+
+
 def test_set_max_nreg_off_a_warpgroup():
     @T.prim_func
     def main(A: T.Tensor((64,), "float32")):
