@@ -8,7 +8,15 @@ Every kernel must finish (no deadlock); every mbarrier wait must pass on exactly
 not yet freed; no block may be signalled after it exited; whatever order the warps run in (several
 schedules, and one where block 0 runs ahead as far as it can). Kernels that never free a stage,
 refill one too early, free a cluster's stage only locally, or exit without the cluster barrier, are
-caught."""
+caught.
+
+Shared memory is checked too, for races between warps: each warp carries a vector clock, which
+barriers pass on (an arrival releases the warp's clock into the phase, a wait that passes acquires
+the phase's clocks; a TMA load's bytes carry its issuer's). Every access of a warp's lane 0 to
+shared memory (stores and loads, 16-byte granules), every wgmma operand tile and every TMA box is
+recorded, and a read of what another warp wrote, or a write over what another warp read or wrote,
+must come after it through some chain of barriers. A warpgroup handing a shared tile to another
+without waiting for it to be read first is caught."""
 
 import os
 import random
@@ -53,6 +61,11 @@ class _Block:
         self.box_bytes = box_bytes  # [(TMA load call, bytes of its box)]
         self.holds = {}  # (buffer name, index) of a full barrier -> warps reading that stage
         self.exited = False
+        self.clocks = {}  # warp (rank, tx) -> vector clock {warp: count}; shared by a cluster's blocks
+        self.released = {}  # mbarrier -> clock of the phase being completed
+        self.phase_clock = {}  # (mbarrier, phases completed) -> clock that phase released
+        self.written = {}  # shared granule -> (warp, its count at the write)
+        self.read = {}  # shared granule -> {warp: its count at the read}
 
     def _state(self, bar):
         if self.exited:
@@ -61,36 +74,114 @@ class _Block:
             raise ProtocolError(f"arrival on {bar} before its initialization")
         return self.mbar[bar]
 
-    @staticmethod
-    def _settle(state):
+    def _settle(self, bar, state):
         if state[1] == state[0] and state[3] == 0:
             state[1], state[2] = 0, state[2] + 1
+            self.phase_clock[(bar, state[2])] = self.released.pop(bar, {})
 
-    def arrive(self, bar, expect_bytes=0):
+    def arrive(self, bar, expect_bytes=0, clock=None):
         state = self._state(bar)
+        _join(self.released.setdefault(bar, {}), clock or {})
         state[1] += 1
         state[3] += expect_bytes
-        self._settle(state)
+        self._settle(bar, state)
 
-    def land(self, bar, nbytes):
-        """A TMA box lands in this block: its bytes complete on `bar` (taken to land at once)."""
+    def land(self, bar, nbytes, clock=None):
+        """A TMA box lands in this block: its bytes complete on `bar` (taken to land at once), and
+        with them the clock of the warp that issued the load."""
         state = self._state(bar)
+        _join(self.released.setdefault(bar, {}), clock or {})
         if self.holds.get(bar):
             raise ProtocolError(
                 f"a load lands on {bar} of block {self.rank} while warps {sorted(self.holds[bar])} still "
                 f"read that stage: a stage was refilled before it was freed"
             )
         state[3] -= nbytes
-        self._settle(state)
+        self._settle(bar, state)
 
-    def named_arrive(self, bar_id, count, table=None):
+    def named_arrive(self, bar_id, count, table=None, clock=None):
+        """A warp arrives on a named barrier; returns the generation it waits to complete (whose
+        clock, the join of every arriving warp's, is `table[bar_id][3][generation]`)."""
         table = self.named if table is None else table
-        state = table.setdefault(bar_id, [0, 0])
+        state = table.setdefault(bar_id, [0, 0, {}, {}])
         state[0] += 32
+        _join(state[2], clock or {})
         generation = state[1]
         if state[0] == count:
-            state[0], state[1] = 0, state[1] + 1
+            state[3][generation] = state[2]
+            state[0], state[1], state[2] = 0, state[1] + 1, {}
         return generation
+
+
+# ---- shared-memory races: vector clocks carried by the barriers ------------------------------
+
+_GRANULE = 16  # bytes: the width of the widest store of one thread
+
+
+def _join(into, clock):
+    for warp, count in clock.items():
+        if into.get(warp, 0) < count:
+            into[warp] = count
+
+
+def _tick(block, warp):
+    """The warp's clock after it released its present one (an arrival on some barrier)."""
+    clock = block.clocks.setdefault(warp, {warp: 1})
+    released = dict(clock)
+    clock[warp] += 1
+    return released
+
+
+def _access(block, warp, start, nbytes, write, what):
+    """Warp `warp` reads or writes bytes [start, start + nbytes) of the block's shared memory."""
+    clock = block.clocks.setdefault(warp, {warp: 1})
+    now = clock[warp]
+
+    def unordered(other, count):
+        return other != warp and clock.get(other, 0) < count
+
+    for g in range(start // _GRANULE, (start + max(nbytes, 1) - 1) // _GRANULE + 1):
+        last = block.written.get(g)
+        if last is not None and unordered(*last):
+            raise ProtocolError(
+                f"shared-memory race in block {block.rank}: warp {warp[1] // 32} {'writes' if write else 'reads'} "
+                f"{what} (byte {g * _GRANULE}), which warp {last[0][1] // 32} wrote with no barrier in between"
+            )
+        readers = block.read.setdefault(g, {})
+        if write:
+            for other, count in readers.items():
+                if unordered(other, count):
+                    raise ProtocolError(
+                        f"shared-memory race in block {block.rank}: warp {warp[1] // 32} writes {what} "
+                        f"(byte {g * _GRANULE}) while warp {other[1] // 32} may still read it (no barrier in between)"
+                    )
+            block.written[g] = (warp, now)
+            readers.clear()
+        else:
+            readers[warp] = now
+
+
+def _shared_at(ptr_or_load, env):
+    """(buffer, first byte) of a shared-memory element (`buf[i]` or `address_of(buf[i])`), or None
+    (a vector index counts from its first lane)."""
+    load = ptr_or_load.args[0] if isinstance(ptr_or_load, ir.Call) else ptr_or_load
+    if not isinstance(load, ir.TensorLoad) or str(load.source.scope()) not in ("shared", "shared.dyn"):
+        return None
+    return load.source, _int(load.indices[-1], env) * load.source.dtype.bits // 8
+
+
+def _lanes(index) -> int:
+    return int(index.ty.dtype.lanes)
+
+
+def _reads_in(expr, env, block, warp):
+    """Records the shared-memory loads of `expr` (lane 0's elements)."""
+    found = []
+    tvm_ffi.structural_walk(expr, [(ir.TensorLoad, found.append)])
+    for load in found:
+        at = _shared_at(load, env)
+        if at is not None:
+            _access(block, warp, at[1], _lanes(load.indices[-1]) * load.source.dtype.bits // 8, False, at[0].name)
 
 
 def _key(ptr, env):
@@ -143,6 +234,10 @@ def _int(expr, env):
         return _int(expr.value, env)
     if kind == "Select":
         return _int(expr.true_value if _int(expr.condition, env) else expr.false_value, env)
+    if isinstance(expr, tirx.Ramp):  # vectors (shared-memory indices): their first lane
+        return _int(expr.base, env)
+    if isinstance(expr, tirx.Broadcast):
+        return _int(expr.value, env)
     if isinstance(expr, ir.Call) and getattr(expr.op, "name", "") == "tirx.call_extern":
         if str(expr.args[0].value) == "tl::cluster_rank":
             return env["rank"]
@@ -183,37 +278,62 @@ def _agent(stmt, env, block, tx, consumed):
             env[stmt.var] = tirx.const(_int(stmt.value, env), "int32")
         except (ProtocolError, AttributeError, TypeError, ValueError):
             pass  # not an index (a float, a pointer): nothing the barriers depend on
-    elif isinstance(stmt, tirx.BufferStore) and stmt.buffer.scope() == "local" and "int" in str(stmt.buffer.dtype):
-        env[_register(stmt.buffer, stmt.indices, env)] = _int(stmt.value, env)
+    elif isinstance(stmt, tirx.BufferStore):
+        warp = (env["rank"], tx)
+        _reads_in(stmt.value, env, block, warp)
+        if str(stmt.buffer.scope()) in ("shared", "shared.dyn"):
+            start = _int(stmt.indices[-1], env) * stmt.buffer.dtype.bits // 8
+            lanes = _lanes(stmt.indices[-1])
+            _access(block, warp, start, lanes * stmt.buffer.dtype.bits // 8, True, stmt.buffer.name)
+        elif stmt.buffer.scope() == "local" and "int" in str(stmt.buffer.dtype):
+            env[_register(stmt.buffer, stmt.indices, env)] = _int(stmt.value, env)
     elif isinstance(stmt, tirx.Evaluate):
         yield from _call(stmt.value, env, block, tx, consumed)
 
 
 def _call(call, env, block, tx, consumed):
-    if not (isinstance(call, ir.Call) and getattr(call.op, "name", "") == "tirx.call_extern"):
+    op = getattr(call.op, "name", "") if isinstance(call, ir.Call) else ""
+    if op == "tirx.tvm_storage_sync" and str(call.args[0].value) in ("shared", "shared.dyn"):
+        name, args = "__syncthreads", []  # a block barrier TVM placed
+    elif op == "tirx.call_extern":
+        name, args = str(call.args[0].value), list(call.args[1:])
+    else:
         return
-    name, args = str(call.args[0].value), list(call.args[1:])
+    warp = (env["rank"], tx)
     if name == "tl::mbarrier_init":
         block.mbar[_key(args[0], env)] = [_int(args[1], env), 0, 0, 0]
     elif name == "tl::mbarrier_arrive_expect_tx":
-        block.arrive(_key(args[0], env), _int(args[1], env))
+        block.arrive(_key(args[0], env), _int(args[1], env), _tick(block, warp))
     elif name == "tl::mbarrier_arrive":  # every thread of the warp (T.barrier_arrive)
         bar = _key(args[0], env)
         _release(block, tx, bar)
+        clock = _tick(block, warp)
         for _ in range(32):
-            block.arrive(bar)
+            block.arrive(bar, clock=clock)
     elif name in ("tl::mbarrier_arrive_warp", "tl::mbarrier_arrive_cluster_warp"):
         bar = _key(args[0], env)
         _release(block, tx, bar)
-        block.arrive(bar)
+        clock = _tick(block, warp)
+        block.arrive(bar, clock=clock)
         if name == "tl::mbarrier_arrive_cluster_warp":
-            block.peer.arrive(bar)
+            block.peer.arrive(bar, clock=clock)
     elif name in ("tl::tma_load", "tl::tma_load_multicast"):
         nbytes = next(b for c, b in block.box_bytes if c.same_as(call))
         bar = _key(args[1], env)
-        block.land(bar, nbytes)
-        if name == "tl::tma_load_multicast":
-            block.peer.land(bar, nbytes)
+        buffer, start = _shared_at(args[2], env)
+        targets = [block, block.peer] if name == "tl::tma_load_multicast" else [block]
+        for b in targets:
+            _access(b, warp, start, nbytes, True, f"{buffer.name} (a TMA box)")
+        clock = _tick(block, warp)
+        for b in targets:
+            b.land(bar, nbytes, clock)
+    elif name.startswith(("tl::wgmma_ss<", "tl::wgmma_rs<")):
+        m, n, k = (int(x) for x in re.findall(r"-?\d+", name)[:3])
+        operands = [(args[0], m * k), (args[1], n * k)]
+        for ptr, elements in operands:
+            at = _shared_at(ptr, env) if isinstance(ptr, ir.Call) else None
+            if at is not None:
+                _access(block, warp, at[1], elements * at[0].dtype.bits // 8, False, f"{at[0].name} (a wgmma operand)")
     elif name == "tl::mbarrier_wait":
         bar, parity = _key(args[0], env), _int(args[1], env)
         if bar not in block.mbar:
@@ -231,12 +351,14 @@ def _call(call, env, block, tx, consumed):
                 f"expecting phase {want}: a stage was refilled before it was freed"
             )
         consumed[bar] = want
+        _join(block.clocks.setdefault(warp, {warp: 1}), block.phase_clock.get((bar, want), {}))
         if block.consumer_threads is not None and bar[0].endswith("_full") and tx < block.consumer_threads:
             block.holds.setdefault(bar, set()).add(tx // 32)
             yield lambda: True  # other warps may run while this one reads the stage
     elif name == "tl::cluster_sync":
-        generation = block.named_arrive("cluster", 2 * block.threads, block.cluster_named)
+        generation = block.named_arrive("cluster", 2 * block.threads, block.cluster_named, _tick(block, warp))
         yield lambda: block.cluster_named["cluster"][1] > generation
+        _join(block.clocks[warp], block.cluster_named["cluster"][3][generation])
     elif name == "__syncthreads" or name.startswith("tl::named_barrier_sync<") or name == "tl::pingpong_sync":
         if name == "__syncthreads":
             bar_id, count = 0, block.threads
@@ -244,12 +366,13 @@ def _call(call, env, block, tx, consumed):
             bar_id, count = 2 + tx // 128, 256
         else:
             bar_id, count = (int(x) for x in re.findall(r"\d+", name))
-        generation = block.named_arrive(bar_id, count)
+        generation = block.named_arrive(bar_id, count, clock=_tick(block, warp))
         yield lambda: block.named[bar_id][1] > generation
+        _join(block.clocks[warp], block.named[bar_id][3][generation])
     elif name == "tl::pingpong_arrive":
-        block.named_arrive(3 - tx // 128, 256)
+        block.named_arrive(3 - tx // 128, 256, clock=_tick(block, warp))
     elif name == "tl::pingpong_init" and tx // 128 == 1:
-        block.named_arrive(2, 256)
+        block.named_arrive(2, 256, clock=_tick(block, warp))
 
 
 def _release(block, tx, empty):
@@ -319,6 +442,7 @@ def run_cluster(device_func, threads, block_indices, seed, lead=False):
     if len(blocks) == 2:
         blocks[0].peer, blocks[1].peer = blocks[1], blocks[0]
         blocks[1].cluster_named = blocks[0].cluster_named
+        blocks[1].clocks = blocks[0].clocks
     agents = {}
     for rank, (block, index) in enumerate(zip(blocks, block_indices)):
         for tx in range(0, threads, 32):
@@ -583,7 +707,9 @@ def test_freeing_a_stage_only_locally_is_caught():
             run_cluster(_rewritten(kernel, halve), threads, pair, seed)
         except ProtocolError as err:
             errors.append(str(err))
-    assert any("refilled before it was freed" in e for e in errors)
+    # Either the load lands in a stage still held, or (seen first) it overwrites what a peer
+    # consumer warp read with no barrier in between.
+    assert errors and all("refilled before it was freed" in e or "shared-memory race" in e for e in errors)
 
 
 def test_exiting_without_the_cluster_barrier_is_caught():
@@ -634,6 +760,22 @@ def test_mla_seesaw_producer_that_does_not_wait_is_caught():
     with pytest.raises(ProtocolError):
         for seed in range(5):
             run_block(broken, threads, _bx(0), seed)
+
+
+def test_mla_seesaw_consumer_that_does_not_wait_for_its_tile_to_be_read_is_caught():
+    """Warpgroup 1 writing the next P_b and m_b into shared memory before warpgroup 0 has read the
+    last ones (no b_free wait): no barrier counts on it, only the shared-memory race check sees it.
+    (Warpgroup 0's a_free wait is redundant: it already waits, through the producer, for KV parts
+    that warpgroup 1 frees only after reading P_a; dropping it is rightly not reported.)"""
+    kernel, threads = _device_kernel(mla_ws.mla_decode_ws.factory(1, 64, 512), {"tl.enable_fast_math": True})
+    broken = _without(kernel, "tl::mbarrier_wait", lambda name: name == "b_free")
+    errors = []
+    for seed in range(4):
+        try:
+            run_block(broken, threads, _bx(0), seed)
+        except ProtocolError as err:
+            errors.append(str(err))
+    assert errors and all("shared-memory race" in e for e in errors)
 
 
 def test_waiting_again_for_a_passed_phase():
