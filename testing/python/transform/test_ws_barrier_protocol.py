@@ -30,6 +30,7 @@ from tvm import ir, tirx
 import tilelang
 import tilelang.language as T
 from tilelang.engine.pipeline import lower
+from tilelang.utils.ir import extern_name, is_block_barrier
 from tilelang.utils.target import determine_target
 
 _EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples")
@@ -288,17 +289,16 @@ def _agent(stmt, env, block, tx, consumed):
         elif stmt.buffer.scope() == "local" and "int" in str(stmt.buffer.dtype):
             env[_register(stmt.buffer, stmt.indices, env)] = _int(stmt.value, env)
     elif isinstance(stmt, tirx.Evaluate):
-        yield from _call(stmt.value, env, block, tx, consumed)
+        yield from _call(stmt, env, block, tx, consumed)
 
 
-def _call(call, env, block, tx, consumed):
-    op = getattr(call.op, "name", "") if isinstance(call, ir.Call) else ""
-    if op == "tirx.tvm_storage_sync" and str(call.args[0].value) in ("shared", "shared.dyn"):
-        name, args = "__syncthreads", []  # a block barrier TVM placed
-    elif op == "tirx.call_extern":
-        name, args = str(call.args[0].value), list(call.args[1:])
-    else:
+def _call(stmt, env, block, tx, consumed):
+    # A block barrier TVM placed (tvm_storage_sync) counts as a `__syncthreads()`.
+    name = "__syncthreads" if is_block_barrier(stmt) else extern_name(stmt)
+    if name is None:
         return
+    call = stmt.value
+    args = list(call.args[1:])
     warp = (env["rank"], tx)
     if name == "tl::mbarrier_init":
         block.mbar[_key(args[0], env)] = [_int(args[1], env), 0, 0, 0]
@@ -513,6 +513,17 @@ def _check(func, blocks, configs=None, seeds=3):
             run_block(kernel, threads, b, seed)
 
 
+def _errors(run, seeds) -> list:
+    """The ProtocolError messages of `run(seed)` for each of `seeds` schedules (none where it passes)."""
+    out = []
+    for seed in range(seeds):
+        try:
+            run(seed)
+        except ProtocolError as err:
+            out.append(str(err))
+    return out
+
+
 def _bx(x):
     return {"blockIdx.x": x, "blockIdx.y": 0, "blockIdx.z": 0}
 
@@ -623,12 +634,7 @@ def test_a_producer_that_does_not_wait_for_free_stages_is_caught():
     kernel, threads = _device_kernel(f, {"tl.enable_fast_math": True})
 
     broken = _without(kernel, "tl::mbarrier_wait", lambda n: n.endswith("_empty"))
-    errors = []
-    for seed in range(10):
-        try:
-            run_block(broken, threads, _bx(0), seed)
-        except ProtocolError as err:
-            errors.append(str(err))
+    errors = _errors(lambda seed: run_block(broken, threads, _bx(0), seed), 10)
     # A consumer passes its wait on a later phase (or, two phases later, waits forever).
     assert len(errors) == 10 and any("refilled before it was freed" in e for e in errors)
 
@@ -701,12 +707,8 @@ def test_freeing_a_stage_only_locally_is_caught():
             return name, [args[0], tirx.const(8, "int32")]
         return ("tl::mbarrier_arrive_warp", args) if "arrive_cluster" in name else (name, args)
 
-    errors = []
-    for seed in range(12):
-        try:
-            run_cluster(_rewritten(kernel, halve), threads, pair, seed)
-        except ProtocolError as err:
-            errors.append(str(err))
+    halved = _rewritten(kernel, halve)
+    errors = _errors(lambda seed: run_cluster(halved, threads, pair, seed), 12)
     # Either the load lands in a stage still held, or (seen first) it overwrites what a peer
     # consumer warp read with no barrier in between.
     assert errors and all("refilled before it was freed" in e or "shared-memory race" in e for e in errors)
@@ -769,12 +771,7 @@ def test_mla_seesaw_consumer_that_does_not_wait_for_its_tile_to_be_read_is_caugh
     that warpgroup 1 frees only after reading P_a; dropping it is rightly not reported.)"""
     kernel, threads = _device_kernel(mla_ws.mla_decode_ws.factory(1, 64, 512), {"tl.enable_fast_math": True})
     broken = _without(kernel, "tl::mbarrier_wait", lambda name: name == "b_free")
-    errors = []
-    for seed in range(4):
-        try:
-            run_block(broken, threads, _bx(0), seed)
-        except ProtocolError as err:
-            errors.append(str(err))
+    errors = _errors(lambda seed: run_block(broken, threads, _bx(0), seed), 4)
     assert errors and all("shared-memory race" in e for e in errors)
 
 
