@@ -63,6 +63,24 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
         T.wait_wgmma(0)
 
     @T.macro
+    def start(Q_pe, q_pe, O0, O1, sum_exp, m, bid, hid):
+        """The rotary part of Q into registers; O, the row sums and the running max cleared."""
+        T.copy(Q_pe[bid, hid * block_H : (hid + 1) * block_H, :], q_pe)
+        T.fill(O0, 0)
+        T.fill(O1, 0)
+        T.fill(sum_exp, 0)
+        T.fill(m, -T.infinity(accum))
+
+    @T.macro
+    def add_row_sums(sum_exp, stat, own, ready, other_ready):
+        """l = this warpgroup's row sums plus the other's, handed over through `stat[own]`."""
+        T.copy(sum_exp, stat[own, :])
+        T.barrier_arrive(ready[0])
+        T.barrier_wait(other_ready[0], 0)
+        for i in T.Parallel(block_H):
+            sum_exp[i] += stat[1 - own, i]
+
+    @T.macro
     def rescale_o(O0, O1, f):
         for i, k in T.Parallel(block_H, W):
             O0[i, k] *= f[i]
@@ -138,11 +156,7 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                 rescale = T.alloc_fragment([block_H], accum)
                 row_sum = T.alloc_fragment([block_H], accum)
                 sum_exp = T.alloc_fragment([block_H], accum)
-                T.copy(Q_pe[bid, hid * block_H : (hid + 1) * block_H, :], q_pe)
-                T.fill(O0, 0)
-                T.fill(O1, 0)
-                T.fill(sum_exp, 0)
-                T.fill(m, -T.infinity(accum))
+                start(Q_pe, q_pe, O0, O1, sum_exp, m, bid, hid)
                 for j in T.serial(n_pairs):
                     scores(q_pe, Q_s, K_p, K_s, p_full, kv_full, S, 0, j % 2)
                     T.barrier_arrive(p_empty[0])
@@ -178,11 +192,7 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                         T.barrier_wait(kv_full[n_parts + q], j % 2)
                     pv(P_b, K_s, kv_empty, O0, O1, 1, 0)
                     T.barrier_arrive(b_free[0])
-                T.copy(sum_exp, stat[0, :])
-                T.barrier_arrive(l0_ready[0])
-                T.barrier_wait(l1_ready[0], 0)
-                for i in T.Parallel(block_H):
-                    sum_exp[i] += stat[1, i]
+                add_row_sums(sum_exp, stat, 0, l0_ready, l1_ready)
                 store(O0, O1, sum_exp, Q_s, Output, bid, hid, 0)
             elif tx < 256:  # scores of block b; output columns 256-511
                 T.set_max_nreg(240, 1)
@@ -197,11 +207,7 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                 rescale = T.alloc_fragment([block_H], accum)
                 row_sum = T.alloc_fragment([block_H], accum)
                 sum_exp = T.alloc_fragment([block_H], accum)
-                T.copy(Q_pe[bid, hid * block_H : (hid + 1) * block_H, :], q_pe)
-                T.fill(O0, 0)
-                T.fill(O1, 0)
-                T.fill(sum_exp, 0)
-                T.fill(m, -T.infinity(accum))
+                start(Q_pe, q_pe, O0, O1, sum_exp, m, bid, hid)
                 for j in T.serial(n_pairs):
                     scores(q_pe, Q_s, K_p, K_s, p_full, kv_full, S, 1, j % 2)
                     T.barrier_arrive(p_empty[1])
@@ -236,11 +242,7 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                     rescale_o(O0, O1, rescale)
                     pv(P, K_s, kv_empty, O0, O1, 1, mine)
                 T.barrier_wait(b_free[0], (n_pairs - 1) % 2)  # warpgroup 0 has read the last m_b
-                T.copy(sum_exp, stat[1, :])
-                T.barrier_arrive(l1_ready[0])
-                T.barrier_wait(l0_ready[0], 0)
-                for i in T.Parallel(block_H):
-                    sum_exp[i] += stat[0, i]
+                add_row_sums(sum_exp, stat, 1, l1_ready, l0_ready)
                 store(O0, O1, sum_exp, Q_s, Output, bid, hid, mine)
             else:  # the producer: parts in the order their readers free them
                 T.set_max_nreg(24, 0)
