@@ -796,10 +796,4 @@ def test_waiting_again_for_a_passed_phase():
 
 
 def _is_full_wait(stmt) -> bool:
-    call = stmt.value
-    return (
-        isinstance(call, ir.Call)
-        and getattr(call.op, "name", "") == "tirx.call_extern"
-        and str(call.args[0].value) == "tl::mbarrier_wait"
-        and call.args[1].args[0].source.name == "k_full"
-    )
+    return extern_name(stmt) == "tl::mbarrier_wait" and stmt.value.args[1].args[0].source.name == "k_full"
