@@ -21,6 +21,12 @@ m_b = max(m_a, rowmax S_b)), so warpgroup 1 waits for m_a before its softmax, an
 P_b and m_b before its second P·V. Each warpgroup's softmax then runs while the other's gemms
 do. The two row sums are added at the end.
 
+The running max is lazy (as in FlashAttention-4): a row keeps its max until a block's scores rise
+more than 2^8 above it, so P stays below 256 (fine in fp16 and bf16, O and the row sums are fp32)
+and the rescaling of O, the multiplies of a warpgroup's whole accumulator, is skipped by every
+thread whose rows kept their max: after the first blocks, nearly always (measured on the H200,
+b64: +3% fp16, +2% bf16).
+
 Barriers (T.alloc_barrier, phases counted per pair j, so waits use parity j % 2; a wait for a
 buffer's previous round uses (j + 1) % 2, which passes at once on a fresh barrier):
   p_full[s], kv_full[s * 4 + q]    the TMA bytes of the rotary part / part q of stage s arrived;
@@ -81,11 +87,24 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
             sum_exp[i] += stat[1 - own, i]
 
     @T.macro
-    def rescale_o(O0, O1, f):
-        for i, k in T.Parallel(block_H, W):
-            O0[i, k] *= f[i]
-        for i, k in T.Parallel(block_H, W):
-            O1[i, k] *= f[i]
+    def lazy_max(m, m_old):
+        """Keep the old max unless the new one is more than 2^8 above it (in exp2 units): then
+        P = exp2(S - m) stays below 256, and O needs no rescaling for most blocks."""
+        for i in T.Parallel(block_H):
+            m[i] = T.if_then_else(m[i] * scale > m_old[i] * scale + 8, m[i], m_old[i])
+
+    @T.macro
+    def rescale_o(O0, O1, f, m_old, m_new):
+        """O *= f, only in the threads with a row whose max moved (f = 1 in the others)."""
+        moved = T.alloc_var("int32", init=0)
+        for i in T.Parallel(block_H):
+            if m_old[i] != m_new[i]:
+                moved = 1
+        if moved != 0:
+            for i, k in T.Parallel(block_H, W):
+                O0[i, k] *= f[i]
+            for i, k in T.Parallel(block_H, W):
+                O1[i, k] *= f[i]
 
     @T.macro
     def pv(P, K_s, kv_empty, O0, O1, s, first):
@@ -164,6 +183,7 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                         T.barrier_arrive(kv_empty[mine + q])  # the right parts: wg1 multiplies them
                     T.copy(m, m_prev)
                     T.reduce_max(S, m, dim=1, clear=False)
+                    lazy_max(m, m_prev)
                     T.barrier_wait(a_free[0], (j + 1) % 2)
                     T.copy(m, stat[0, :])
                     T.barrier_arrive(ma_ready[0])
@@ -177,7 +197,7 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                     T.copy(S, P)
                     T.copy(S, P_a)
                     T.barrier_arrive(pa_ready[0])
-                    rescale_o(O0, O1, rescale)
+                    rescale_o(O0, O1, rescale, m_prev, m)
                     pv(P, K_s, kv_empty, O0, O1, 0, 0)
                     # block b: its P and max come from warpgroup 1
                     T.copy(m, m_prev)
@@ -187,7 +207,7 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                         rescale[i] = T.exp2(m_prev[i] * scale - m[i] * scale)
                     for i in T.Parallel(block_H):
                         sum_exp[i] *= rescale[i]
-                    rescale_o(O0, O1, rescale)
+                    rescale_o(O0, O1, rescale, m_prev, m)
                     for q in T.unroll(mine):
                         T.barrier_wait(kv_full[n_parts + q], j % 2)
                     pv(P_b, K_s, kv_empty, O0, O1, 1, 0)
@@ -218,6 +238,7 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                     T.copy(stat[0, :], m_a)
                     T.copy(m_a, m)
                     T.reduce_max(S, m, dim=1, clear=False)
+                    lazy_max(m, m_a)
                     for i, k in T.Parallel(block_H, block_N):
                         S[i, k] = T.exp2(S[i, k] * scale - m[i] * scale)
                     T.reduce_sum(S, row_sum, dim=1)
@@ -231,7 +252,7 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                     # this half of O first takes P_a (relative to m_a), then P_b (relative to m_b)
                     for i in T.Parallel(block_H):
                         rescale[i] = T.exp2(m_prev[i] * scale - m_a[i] * scale)
-                    rescale_o(O0, O1, rescale)
+                    rescale_o(O0, O1, rescale, m_prev, m_a)
                     T.barrier_wait(pa_ready[0], j % 2)
                     for q in T.unroll(mine):
                         T.barrier_wait(kv_full[mine + q], j % 2)
@@ -239,7 +260,7 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                     T.barrier_arrive(a_free[0])
                     for i in T.Parallel(block_H):
                         rescale[i] = T.exp2(m_a[i] * scale - m[i] * scale)
-                    rescale_o(O0, O1, rescale)
+                    rescale_o(O0, O1, rescale, m_a, m)
                     pv(P, K_s, kv_empty, O0, O1, 1, mine)
                 T.barrier_wait(b_free[0], (n_pairs - 1) % 2)  # warpgroup 0 has read the last m_b
                 add_row_sums(sum_exp, stat, 1, l1_ready, l0_ready)

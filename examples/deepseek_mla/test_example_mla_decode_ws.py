@@ -1,11 +1,14 @@
 """Warp-specialized MLA decode example: main() against torch on the GPU (fp16, bf16, a batch
-and length past the smallest), and its CUDA compiled by nvcc for sm_90a on any machine; other
-targets get an error naming the Hopper-only primitives."""
+and length past the smallest, scores rising along the sequence so that the lazy max moves), and
+its CUDA compiled by nvcc for sm_90a on any machine; other targets get an error naming the
+Hopper-only primitives."""
 
 import warnings
 
 import example_mla_decode_ws
 import pytest
+import torch
+from example_mla_decode import ref_program
 
 import tilelang
 from tilelang.codegen import cuda
@@ -21,6 +24,25 @@ def test_mla_decode_ws(dtype):
 @pytest.mark.gpu
 def test_mla_decode_ws_longer():
     example_mla_decode_ws.main(batch=3, heads=128, seqlen_kv=2176)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_mla_decode_ws_rising_scores(dtype):
+    """Scores that climb along the sequence (by about 2^38 for the last head, less for
+    the others): each row raises its lazy max, and rescales O, several times, at blocks that differ
+    between the rows of one warp."""
+    batch, heads, seqlen_kv = 2, 128, 1024
+    tdt = getattr(torch, dtype)
+    q = torch.randn(batch, heads, 512, device="cuda", dtype=tdt)
+    kv = torch.randn(batch, seqlen_kv, 1, 512, device="cuda", dtype=tdt)
+    slope = torch.arange(1, heads + 1, device="cuda") / heads  # per head
+    ramp = torch.arange(seqlen_kv, device="cuda") * (10 / seqlen_kv)  # per key
+    q_pe = (slope[None, :, None] + 0.1 * torch.randn(batch, heads, 64, device="cuda")).to(tdt)
+    k_pe = (ramp[None, :, None, None] + 0.1 * torch.randn(batch, seqlen_kv, 1, 64, device="cuda")).to(tdt)
+    kernel = example_mla_decode_ws.mla_decode_ws(batch, heads, seqlen_kv, dtype=dtype)
+    out = kernel(q, q_pe, kv, k_pe)
+    torch.testing.assert_close(out, ref_program(q, q_pe, kv, k_pe), rtol=1e-2, atol=1e-2)
 
 
 def _compile(target, seqlen_kv=8192):

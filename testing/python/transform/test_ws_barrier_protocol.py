@@ -6,7 +6,8 @@ land a load at once, its box's bytes on the barrier of each block it is for (bot
 Every kernel must finish (no deadlock); every mbarrier wait must pass on exactly the phase it is for
 (or, again, the one it last passed); no load may land in a stage a consumer warp has waited for and
 not yet freed; no block may be signalled after it exited; whatever order the warps run in (several
-schedules, and one where block 0 runs ahead as far as it can). Kernels that never free a stage,
+schedules, and one where block 0 runs ahead as far as it can). A branch on data (a float compare)
+is skipped, and must neither synchronize nor touch shared memory. Kernels that never free a stage,
 refill one too early, free a cluster's stage only locally, or exit without the cluster barrier, are
 caught.
 
@@ -254,6 +255,24 @@ def _register(buffer, indices, env):
     return ("register", buffer.name, tuple(_int(i, env) for i in indices))
 
 
+def _skip_data_branch(stmt, env):
+    """A branch on data (a float compare, or a register set under one) is skipped, which is exact
+    only while neither side synchronizes or touches shared memory: anything else is an error. The
+    integer registers either side sets become unknown."""
+    calls, stores, loads = [], [], []
+    tvm_ffi.structural_walk(
+        stmt, [(tirx.Evaluate, calls.append), (tirx.BufferStore, stores.append), (ir.TensorLoad, loads.append)]
+    )
+    shared = [x.buffer.name for x in stores if str(x.buffer.scope()).startswith("shared")]
+    shared += [x.source.name for x in loads if str(x.source.scope()).startswith("shared")]
+    if calls or shared:
+        raise ProtocolError(f"a branch on data calls or touches shared memory ({calls or shared}): {stmt.condition}")
+    for x in stores:
+        if x.buffer.scope() == "local":
+            for key in [k for k in env if isinstance(k, tuple) and k[:2] == ("register", x.buffer.name)]:
+                del env[key]
+
+
 def _agent(stmt, env, block, tx, consumed):
     """Runs `stmt` as the warp whose lane 0 is thread `tx`; yields a predicate while blocked."""
     if isinstance(stmt, tirx.SeqStmt):
@@ -270,7 +289,12 @@ def _agent(stmt, env, block, tx, consumed):
             env[stmt.loop_var] = tirx.const(value, "int32")
             yield from _agent(stmt.body, env, block, tx, consumed)
     elif isinstance(stmt, tirx.IfThenElse):
-        if _int(stmt.condition, env):
+        try:
+            taken = _int(stmt.condition, env)
+        except ProtocolError:
+            _skip_data_branch(stmt, env)
+            return
+        if taken:
             yield from _agent(stmt.then_case, env, block, tx, consumed)
         elif stmt.else_case is not None:
             yield from _agent(stmt.else_case, env, block, tx, consumed)
@@ -773,6 +797,25 @@ def test_mla_seesaw_consumer_that_does_not_wait_for_its_tile_to_be_read_is_caugh
     broken = _without(kernel, "tl::mbarrier_wait", lambda name: name == "b_free")
     errors = _errors(lambda seed: run_block(broken, threads, _bx(0), seed), 4)
     assert errors and all("shared-memory race" in e for e in errors)
+
+
+def test_a_barrier_under_a_branch_on_data_is_an_error():
+    """Branches on data (the MLA example's rescale, taken by the threads whose row max moved) are
+    skipped, which is exact only while they neither synchronize nor touch shared memory: an arrival
+    moved under one is reported rather than guessed."""
+    kernel, threads = _device_kernel(mla_ws.mla_decode_ws.factory(1, 64, 512), {"tl.enable_fast_math": True})
+    arrivals = []
+    tvm_ffi.structural_walk(kernel.body, [(tirx.Evaluate, arrivals.append)])
+    arrival = next(s for s in arrivals if extern_name(s) == "tl::mbarrier_arrive")
+
+    def signal_on_data(stmt):
+        if "m_prev" in str(stmt.condition):
+            return tirx.IfThenElse(stmt.condition, tirx.SeqStmt([stmt.then_case, arrival]), stmt.else_case)
+        return stmt
+
+    broken = kernel.with_body(tvm_ffi.structural_map(kernel.body, [(tirx.IfThenElse, signal_on_data)]))
+    with pytest.raises(ProtocolError, match="a branch on data"):
+        run_block(broken, threads, _bx(0), 0)
 
 
 def test_waiting_again_for_a_passed_phase():
