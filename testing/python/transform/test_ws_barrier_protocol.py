@@ -163,11 +163,15 @@ def _access(block, warp, start, nbytes, write, what):
             readers[warp] = now
 
 
+def _is_shared(buffer) -> bool:
+    return str(buffer.scope()).startswith("shared")
+
+
 def _shared_at(ptr_or_load, env):
     """(buffer, first byte) of a shared-memory element (`buf[i]` or `address_of(buf[i])`), or None
     (a vector index counts from its first lane)."""
     load = ptr_or_load.args[0] if isinstance(ptr_or_load, ir.Call) else ptr_or_load
-    if not isinstance(load, ir.TensorLoad) or str(load.source.scope()) not in ("shared", "shared.dyn"):
+    if not isinstance(load, ir.TensorLoad) or not _is_shared(load.source):
         return None
     return load.source, _int(load.indices[-1], env) * load.source.dtype.bits // 8
 
@@ -263,8 +267,8 @@ def _skip_data_branch(stmt, env):
     tvm_ffi.structural_walk(
         stmt, [(tirx.Evaluate, calls.append), (tirx.BufferStore, stores.append), (ir.TensorLoad, loads.append)]
     )
-    shared = [x.buffer.name for x in stores if str(x.buffer.scope()).startswith("shared")]
-    shared += [x.source.name for x in loads if str(x.source.scope()).startswith("shared")]
+    shared = [x.buffer.name for x in stores if _is_shared(x.buffer)]
+    shared += [x.source.name for x in loads if _is_shared(x.source)]
     if calls or shared:
         raise ProtocolError(f"a branch on data calls or touches shared memory ({calls or shared}): {stmt.condition}")
     for x in stores:
@@ -306,7 +310,7 @@ def _agent(stmt, env, block, tx, consumed):
     elif isinstance(stmt, tirx.BufferStore):
         warp = (env["rank"], tx)
         _reads_in(stmt.value, env, block, warp)
-        if str(stmt.buffer.scope()) in ("shared", "shared.dyn"):
+        if _is_shared(stmt.buffer):
             start = _int(stmt.indices[-1], env) * stmt.buffer.dtype.bits // 8
             lanes = _lanes(stmt.indices[-1])
             _access(block, warp, start, lanes * stmt.buffer.dtype.bits // 8, True, stmt.buffer.name)
@@ -804,9 +808,9 @@ def test_a_barrier_under_a_branch_on_data_is_an_error():
     skipped, which is exact only while they neither synchronize nor touch shared memory: an arrival
     moved under one is reported rather than guessed."""
     kernel, threads = _device_kernel(mla_ws.mla_decode_ws.factory(1, 64, 512), {"tl.enable_fast_math": True})
-    arrivals = []
-    tvm_ffi.structural_walk(kernel.body, [(tirx.Evaluate, arrivals.append)])
-    arrival = next(s for s in arrivals if extern_name(s) == "tl::mbarrier_arrive")
+    calls = []
+    tvm_ffi.structural_walk(kernel.body, [(tirx.Evaluate, calls.append)])
+    arrival = next(s for s in calls if extern_name(s) == "tl::mbarrier_arrive")
 
     def signal_on_data(stmt):
         if "m_prev" in str(stmt.condition):
