@@ -21,7 +21,7 @@ from tilelang import language  # noqa: E402,F401
 # isort: split
 from tilelang import cache  # noqa: E402,F401
 from tilelang.jit import compile, jit  # noqa: E402,F401,A004
-from tilelang.transform.pass_config import PassConfigKey  # noqa: E402,F401
+from tilelang.options import PassConfigKey  # noqa: E402,F401
 
 # isort: split
 # Tuning, profiling and exported kernels, on top of the jit.

@@ -27,7 +27,7 @@ import uuid
 from tilelang import env
 
 logger = logging.getLogger("tilelang")
-_enabled = os.environ.get("TILELANG_DISABLE_CACHE", "0") not in ("1", "true", "True")
+_enabled = not env.cache_disabled()
 
 
 def enable() -> None:

@@ -7,6 +7,15 @@ Each can be overridden by an environment variable:
   CUDA_HOME          CUDA toolkit (default: the folder of `nvcc` on the PATH)
   CXX                host C++ compiler for the launcher (default: g++, else c++)
   TILELANG_CACHE_DIR compiled kernels (default: ~/.tilelang/cache)
+
+and these switches, read here and nowhere else:
+  TILELANG_DISABLE_CACHE=1              no disk cache of compiled kernels
+  TILELANG_DUMP_IR=<folder>             the IR after every pass (also pass config `tl.dump_ir`)
+  TILELANG_LOG_LEVEL=INFO|DEBUG         the `tilelang` logger's level
+  TILELANG_DEFAULT_TARGET=<target>      what target "auto" means (default: the current GPU)
+  TILELANG_AUTO_TUNING_DISABLE_CACHE=1  autotuning results are not kept on disk
+  TILELANG_AUTO_TUNING_CPU_COUNTS=<n>   compile processes the autotuner runs at once
+  PYTEST_XDIST_WORKER                   set by pytest-xdist in its workers (tilelang.testing)
 """
 
 from __future__ import annotations
@@ -88,3 +97,37 @@ def host_compiler() -> str:
 
 def cache_dir() -> str:
     return os.environ.get("TILELANG_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".tilelang", "cache")
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "0") in ("1", "true", "True", "ON", "on")
+
+
+def cache_disabled() -> bool:
+    return _flag("TILELANG_DISABLE_CACHE")
+
+
+def dump_ir_dir() -> str | None:
+    return os.environ.get("TILELANG_DUMP_IR") or None
+
+
+def log_level() -> str | None:
+    return os.environ.get("TILELANG_LOG_LEVEL") or None
+
+
+def default_target() -> str:
+    return os.environ.get("TILELANG_DEFAULT_TARGET", "auto")
+
+
+def autotune_cache_disabled() -> bool:
+    return _flag("TILELANG_AUTO_TUNING_DISABLE_CACHE")
+
+
+def autotune_cpu_count() -> int | None:
+    """The number of compile processes the user asked for, or None."""
+    value = int(os.environ.get("TILELANG_AUTO_TUNING_CPU_COUNTS", "-1"))
+    return value if value > 0 else None
+
+
+def in_xdist_worker() -> bool:
+    return bool(os.environ.get("PYTEST_XDIST_WORKER"))

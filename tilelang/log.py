@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
+
+from tilelang import env
 
 logger = logging.getLogger("tilelang")
 
 
 def _configure() -> None:
-    level = os.environ.get("TILELANG_LOG_LEVEL")
+    level = env.log_level()
     if not level or logger.handlers:
         return
     handler = logging.StreamHandler()

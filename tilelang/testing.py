@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+from tilelang import env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -58,7 +60,7 @@ def end_process_after_cuda_fault(report) -> None:
     text = str(report.longrepr)
     if "CUDA error" not in text or not any(s in text for s in _STICKY_CUDA_FAULTS):
         return
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if env.in_xdist_worker():
         os._exit(3)
     import pytest
 

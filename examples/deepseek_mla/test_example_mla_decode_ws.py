@@ -12,7 +12,7 @@ from example_mla_decode import ref_program
 
 import tilelang
 from tilelang.codegen import cuda
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 
 
 @pytest.mark.gpu

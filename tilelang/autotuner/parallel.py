@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from tilelang import env
+
 # The worker gets the parent's import path before importing anything of tilelang, so a factory
 # from a checkout, a test folder or a script's folder unpickles there as it does here.
 _BOOTSTRAP = (
@@ -37,8 +39,8 @@ _READY = "tilelang-compile-worker-ready"
 
 def default_workers() -> int:
     """All the CPU cores this process may use, or TILELANG_AUTO_TUNING_CPU_COUNTS when set."""
-    override = int(os.environ.get("TILELANG_AUTO_TUNING_CPU_COUNTS", "-1"))
-    if override > 0:
+    override = env.autotune_cpu_count()
+    if override:
         return override
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 

@@ -25,7 +25,7 @@ logger = logging.getLogger("tilelang")
 
 
 def enabled() -> bool:
-    return os.environ.get("TILELANG_AUTO_TUNING_DISABLE_CACHE", "0") not in ("1", "true", "True")
+    return not env.autotune_cache_disabled()
 
 
 def folder() -> str:

@@ -48,7 +48,7 @@ _WGMMA_CALL = re.compile(r"tl::wgmma_(?:ss|rs)<\d+, (\d+), \d+, \d+, (\d+),")
 
 
 def _with_headers(code: str) -> str:
-    from tilelang.op.gemm_wgmma import N_SIZES
+    from tilelang.op.gemm.wgmma import N_SIZES
 
     lines = ['#include "tl_templates/cuda/common.h"']
     if any(int(n) // int(wg_n) not in N_SIZES for n, wg_n in _WGMMA_CALL.findall(code)):

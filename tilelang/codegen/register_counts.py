@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 import warnings
 
+from tilelang.errors import UserError
 from tilelang.language.barriers import SETMAXNREG_CALL
-from tilelang.language.diagnostics import UserError
 
 PTXAS_VERBOSE = ["-Xptxas", "-v"]
 _ENTRY = re.compile(r"Compiling entry function '(\w+)'")

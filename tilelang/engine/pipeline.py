@@ -1,11 +1,13 @@
 """`lower()`: the whole pass pipeline, as one ordered list.
 
-Each line is one pass and says why it runs where it does. `TILELANG_DUMP_IR=<folder>` (or the pass
+Each line is one pass and says why it runs where it does. Passes that have options take the one
+`CompileOptions` of the compile as their second argument. `TILELANG_DUMP_IR=<folder>` (or the pass
 config `tl.dump_ir`) writes the IR after every pass, numbered in pipeline order.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
@@ -14,8 +16,8 @@ from dataclasses import dataclass
 import tvm
 from tvm import s_tir, tirx
 
-from tilelang.language.diagnostics import CompilerError, UserError
-from tilelang.transform import pass_config
+from tilelang.errors import CompilerError, UserError
+from tilelang.options import CompileOptions
 from tilelang.transform.align_shared_tiles import align_shared_tiles
 from tilelang.transform.check_descriptor_alignment import check_descriptor_alignment
 from tilelang.transform.check_hopper_primitives import check_hopper_primitives
@@ -39,17 +41,21 @@ logger = logging.getLogger("tilelang")
 _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
 
 
-def _tile_passes():
+def _tile_passes(options: CompileOptions):
     """Our passes, on PrimFuncs that still have tile ops, parallel loops and fragments."""
+
+    def opt(fn):  # a pass that takes the options
+        return functools.partial(fn, options=options)
+
     return [
         # The hand-written warp-specialization primitives off sm_90a: an error before anything else.
         ("check_hopper_primitives", check_hopper_primitives),
         # On sm_90a, copies to shared memory that run once per kernel become TMA loads; the
         # pipeline planner then knows which tiles only TMA writes (no proxy fence before wgmma).
-        ("lower_tma_copies", lower_tma_copies),
+        ("lower_tma_copies", opt(lower_tma_copies)),
         # Pipelining works on tile ops (copy regions are explicit); it multi-buffers shared tiles
         # before any pass looks at their shapes.
-        ("pipeline_loops", pipeline_loops),
+        ("pipeline_loops", opt(pipeline_loops)),
         # Block-index remapping after the pipeline planner, which pairs blocks into 2-block clusters
         # from the plain indices (blocks one index apart); the remap then keeps each pair together.
         ("rasterize_blocks", rasterize_blocks),
@@ -60,31 +66,31 @@ def _tile_passes():
         ("fold_accumulator_clear", fold_accumulator_clear),
         # A fragment stored to global memory goes through a shared tile when there is room: after
         # pipelining (stage buffers count with their stages), while copies are still tile ops.
-        ("stage_fragment_stores", stage_fragment_stores),
+        ("stage_fragment_stores", opt(stage_fragment_stores)),
         # copy/fill become T.Parallel loops, so layout inference sees one kind of element-wise work.
         ("expand_elementwise_ops", expand_elementwise_ops),
         # Global accesses past the tensor's edge get guards while indices are still logical,
         # so the vector plan below can check that each guard is uniform per vector.
         ("legalize_safe_memory_access", legalize_safe_memory_access),
         # Loop and fragment layouts: which thread runs which iteration, vector width per loop.
-        ("infer_layout", infer_layout),
+        ("infer_layout", opt(infer_layout)),
         # Parallel loops and tile ops become per-thread code; fragments become register arrays,
         # annotated shared tiles are re-indexed through their layout.
-        ("lower_tile_ops", lower_tile_ops),
+        ("lower_tile_ops", opt(lower_tile_ops)),
         # A warp-specialized loop gets its producer warpgroup: threads split into the two roles
         # (before any simplification that knows the old thread count).
         ("warp_specialize", warp_specialize),
     ]
 
 
-def _tvm_passes(config: dict):
+def _tvm_passes(options: CompileOptions):
     """TVM's lowering passes, once the IR is plain per-thread TIR."""
     return [
         ("stmt_simplify", tirx.transform.StmtSimplify()),
         # Buffers become flat pointers; the vectorized loops then become 128-bit accesses.
         ("flatten_buffer", tirx.transform.FlattenBuffer()),
         ("narrow_data_type", tirx.transform.NarrowDataType(32)),
-        ("vectorize_loop", tirx.transform.VectorizeLoop(not config.get("tirx.disable_vectorize", False))),
+        ("vectorize_loop", tirx.transform.VectorizeLoop(not options.disable_vectorize)),
         ("storage_rewrite", tirx.transform.StorageRewrite()),
         ("unroll_loop", tirx.transform.UnrollLoop()),
         ("stmt_simplify_2", tirx.transform.StmtSimplify()),
@@ -135,13 +141,16 @@ class Lowered:
     target: object
 
 
-def lower(func: tirx.PrimFunc, target, config: dict | None = None, name: str = "main") -> Lowered:
+def lower(func: tirx.PrimFunc, target, options: CompileOptions | None = None, name: str = "main") -> Lowered:
     """Run the pipeline on one kernel function for `target` (a tvm Target with host cuda_host)."""
-    config = dict(config or {})
+    options = options if options is not None else CompileOptions()
     # Over the shared-memory limit, first without a staged epilogue tile (an optimization that
-    # counted on the merge reusing dead tiles' bytes), then without warp specialization.
-    staging = str(pass_config.PassConfigKey.TL_DISABLE_FRAGMENT_STORE_STAGING)
-    attempts = [config] + ([{**config, staging: True}] if not config.get(staging) else [])
+    # counted on the merge reusing dead tiles' bytes), then without warp specialization. The
+    # planners decide tile by tile without a whole-kernel byte count, and the merge that decides
+    # the real total runs last; retrying is cheaper than predicting it (about 0.1 s a retry).
+    attempts = [options] + (
+        [options.replace(disable_fragment_store_staging=True)] if not options.disable_fragment_store_staging else []
+    )
     for k, attempt in enumerate(attempts):
         try:
             return _lower(func, target, attempt, name)
@@ -150,25 +159,23 @@ def lower(func: tirx.PrimFunc, target, config: dict | None = None, name: str = "
                 continue
             # A warp-specialized kernel keeps every tile of its consumer branch live at once (the merge
             # cannot reuse bytes across the producer/consumer split); without it the tiles may fit.
-            key = str(pass_config.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED)
-            if attempt.get(key) or not err.warp_specialized:
+            if attempt.disable_warp_specialized or not err.warp_specialized:
                 raise
             logger.debug("kernel '%s': over the shared-memory limit when warp-specialized; compiling without", name)
-            return _lower(func, target, {**attempt, key: True}, name)
+            return _lower(func, target, attempt.replace(disable_warp_specialized=True), name)
 
 
 def _is_warp_specialized(mod) -> bool:
     return any(a.attr_key == CONSUMER_BRANCH for f in mod.functions.values() for a in collect(f.body, tirx.AttrStmt))
 
 
-def _lower(func: tirx.PrimFunc, target, config: dict, name: str) -> Lowered:
-    dump_dir = config.get("tl.dump_ir") or os.environ.get("TILELANG_DUMP_IR")
+def _lower(func: tirx.PrimFunc, target, options: CompileOptions, name: str) -> Lowered:
+    dump_dir = options.dump_ir
     mod = tvm.IRModule({name: func.with_attr("global_symbol", name)})
     mod = tirx.transform.BindTarget(target)(mod)
     tiles = user_shared_tiles(func)
-    steps = [(n, _apply_to_funcs(f)) for n, f in _tile_passes()] + _tvm_passes(config)
-    tvm_config = {k: v for k, v in config.items() if k.startswith("tirx.")}
-    with tvm.transform.PassContext(opt_level=3, config=tvm_config), pass_config.active(config):
+    steps = [(n, _apply_to_funcs(f)) for n, f in _tile_passes(options)] + _tvm_passes(options)
+    with tvm.transform.PassContext(opt_level=3, config=options.tvm_pass_config()):
         for k, (pass_name, p) in enumerate(steps):
             mod = _run_pass(pass_name, p, mod, dump_dir)
             if dump_dir:

@@ -10,6 +10,7 @@ import time
 
 from tilelang.jit.params import bind_symbols, diagnose, params_of, resolve_shape
 from tilelang.log import report, timed
+from tilelang.options import CompileOptions
 
 
 def normalize_out_idx(out_idx, n_params: int) -> list[int]:
@@ -45,6 +46,7 @@ class JITKernel:
         self.prim_func = func
         self.target = determine_target(target)
         self.pass_configs = dict(pass_configs or {})
+        self.options = CompileOptions.from_pass_configs(self.pass_configs)
         # The name shown in errors and given to the host function: the factory's, or the prim_func's.
         self.name = name or str(func.attrs.get("global_symbol", "main") if func.attrs else "main")
         self.params = params_of(func)
@@ -53,7 +55,7 @@ class JITKernel:
         # Seconds per compile phase (parse, passes, codegen, nvcc, host compiler, link, load).
         self.compile_times = dict(times or {})
         with timed(self.compile_times, "passes"):
-            lowered = lower(func, self.target, self.pass_configs, name=self.name)
+            lowered = lower(func, self.target, self.options, name=self.name)
         with timed(self.compile_times, "codegen"):
             self.kernel_source = cuda.device_source(lowered)
             self.host_source = cuda.host_source(lowered, self.kernel_source)
@@ -111,7 +113,7 @@ class JITKernel:
             built_here = self._lib_path is None
             start = time.perf_counter()
             if built_here:
-                fast_math = bool(self.pass_configs.get("tl.enable_fast_math", False))
+                fast_math = CompileOptions.from_pass_configs(self.pass_configs).fast_math
                 self._lib_path = cuda.build_library(
                     self.kernel_source, self.host_source, self.target, fast_math=fast_math, times=self.compile_times
                 )
@@ -242,7 +244,7 @@ _TORCH_DTYPES = {}
 
 def _torch_dtype(name: str):
     if name not in _TORCH_DTYPES:
-        from tilelang.language.dtypes import to_torch
+        from tilelang.dtypes import to_torch
 
         _TORCH_DTYPES[name] = to_torch(name)
     return _TORCH_DTYPES[name]

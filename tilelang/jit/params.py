@@ -64,7 +64,7 @@ def format_shape(shape) -> str:
 
 
 def params_of(func) -> list[Param]:
-    from tilelang.language.dtypes import canonical
+    from tilelang.dtypes import canonical
     from tilelang.language.symbolics import dim_text
 
     out = []
@@ -110,7 +110,7 @@ def _where(param: Param, position: int, kernel_name: str) -> str:
 
 def _problems(param: Param, arg, device: bool = True) -> list[str]:
     """What is wrong with `arg` as `param`, on its own (symbols shared with others are not checked)."""
-    from tilelang.language.dtypes import canonical
+    from tilelang.dtypes import canonical
 
     problems = []
     got_dtype = canonical(arg.dtype)

@@ -49,6 +49,23 @@ from tvm.script.tirx import (  # noqa: F401
     truncmod,
 )
 
+from tilelang.dtypes import (  # noqa: F401
+    bfloat16,
+    boolean,
+    float8_e4m3fn,
+    float8_e5m2,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
 from tilelang.language.allocate import (  # noqa: F401
     Buffer,
     FragmentBuffer,
@@ -67,23 +84,6 @@ from tilelang.language.barriers import (  # noqa: F401
     barrier_wait,
     set_max_nreg,
     tma_copy,
-)
-from tilelang.language.dtypes import (  # noqa: F401
-    bfloat16,
-    boolean,
-    float8_e4m3fn,
-    float8_e5m2,
-    float16,
-    float32,
-    float64,
-    int8,
-    int16,
-    int32,
-    int64,
-    uint8,
-    uint16,
-    uint32,
-    uint64,
 )
 from tilelang.language.kernel import (  # noqa: F401
     Kernel,

@@ -11,8 +11,8 @@ from tvm import tirx
 from tvm.script import tirx as _script
 from tvm.script.ir_builder import tirx as _tb
 
-from tilelang.language.diagnostics import UserError
-from tilelang.language.dtypes import canonical
+from tilelang.dtypes import canonical
+from tilelang.errors import UserError
 
 SHARED = "shared.dyn"
 FRAGMENT = "local.fragment"

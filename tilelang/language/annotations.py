@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 
 # {buffer var: layout object} recorded by T.annotate_layout during the current parse.
 annotated_layouts: dict = {}

@@ -27,7 +27,7 @@ import re
 from tvm import ir, tirx
 from tvm.script.ir_builder import tirx as _tb
 
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 from tilelang.language.kernel import get_thread_binding
 from tilelang.op import base, tma
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tvm.script.ir_builder import tirx as _tb
 
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 
 # Loop variables of T.Parallel nests traced so far by the current prim_func parse, with their
 # annotations: {var handle: annotations dict}. Reset by prim_func for each kernel.

@@ -8,7 +8,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.script import tirx as _script
 
-from tilelang.language.dtypes import canonical
+from tilelang.dtypes import canonical
 
 
 def Cast(dtype, value):

@@ -20,9 +20,9 @@ from tvm import ir, tirx
 from tvm.error import DiagnosticError
 from tvm.script import tirx as _script
 
+from tilelang.errors import UserError, describe_function
 from tilelang.language import annotations as annotations_mod
 from tilelang.language import loops, symbolics
-from tilelang.language.diagnostics import UserError, describe_function
 
 
 def prim_func(func=None, *, private=False, check_well_formed=True):
@@ -63,7 +63,7 @@ def prim_func(func=None, *, private=False, check_well_formed=True):
 
 def _layout_to_ir(layout):
     from tilelang.layout.fragment import Fragment, to_ir
-    from tilelang.transform.infer_layout import shared_layout_to_ir
+    from tilelang.layout.layout import shared_layout_to_ir
 
     return to_ir(layout) if isinstance(layout, Fragment) else shared_layout_to_ir(layout)
 

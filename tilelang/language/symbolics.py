@@ -23,8 +23,8 @@ import re
 import tvm_ffi
 from tvm import ir, tirx
 
-from tilelang.language.diagnostics import UserError
-from tilelang.language.dtypes import canonical
+from tilelang.dtypes import canonical
+from tilelang.errors import UserError
 
 SYMBOL_DTYPES = ("int32", "int64")
 

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import tvm_ffi
 from tvm import sym, tirx
 
 from tilelang.layout.evaluate import evaluate, grid
@@ -174,3 +175,17 @@ def _bits(buffer) -> int:
     from tvm import DataType
 
     return DataType(str(buffer.dtype)).bits
+
+
+def shared_layout_to_ir(layout: Layout):
+    """The layout as IR (an IndexMap, its shape, its physical size): how passes pass it on."""
+    from tvm.tirx import IndexMap
+
+    return tvm_ffi.convert(
+        [IndexMap(list(layout.vars), [layout.forward], None), list(layout.shape), layout.physical_size]
+    )
+
+
+def shared_layout_from_ir(value) -> Layout:
+    imap, shape, size = value
+    return Layout(tuple(int(s) for s in shape), list(imap.initial_indices), imap.final_indices[0], int(size))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tvm import ir, tirx
 
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 from tilelang.op import base
 from tilelang.op.loops import build_parallel_nest
 from tilelang.utils.ir import is_one, is_zero

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import ir, sym, tirx
 
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 from tilelang.utils.ir import const_int
 
 _REGISTERED: set[str] = set()

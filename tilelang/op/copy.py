@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from tilelang.language.diagnostics import UserError, at_span
+from tilelang.errors import UserError, at_span
 from tilelang.op import base
 from tilelang.op.loops import build_parallel_nest
 from tilelang.utils.ir import const_int, is_one, is_zero

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 from tilelang.op import base
 from tilelang.op.loops import over_threads
 from tilelang.utils.ir import seq

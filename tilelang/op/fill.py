@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 from tilelang.op import base
 from tilelang.op.loops import build_parallel_nest
 

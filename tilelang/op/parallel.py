@@ -21,7 +21,7 @@ import numpy as np
 import tvm_ffi
 from tvm import ir, tirx
 
-from tilelang.language.diagnostics import at_span
+from tilelang.errors import at_span
 from tilelang.layout import fragment as fl
 from tilelang.layout.evaluate import evaluate, grid
 from tilelang.op import copy as copy_op

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from tvm import ir, tirx
 
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 from tilelang.layout import fragment as fl
 from tilelang.op import base
 from tilelang.op.loops import over_threads
@@ -127,7 +127,7 @@ class Reduction:
 
 
 def infer_dst_layout(src_layout: fl.Fragment, dim: int, span) -> fl.Fragment:
-    from tilelang.language.diagnostics import at_span
+    from tilelang.errors import at_span
 
     try:
         return fl.reduced(src_layout, dim)

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import ir, tirx
 
-from tilelang.language.diagnostics import CompilerError
-from tilelang.language.dtypes import bits as dtype_bits
+from tilelang.dtypes import bits as dtype_bits
+from tilelang.errors import CompilerError
 from tilelang.layout import layout as sl
 from tilelang.layout.evaluate import evaluate, grid
 from tilelang.op import base

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tvm import DataType, ir, tirx
 
-from tilelang.language.dtypes import bits as dtype_bits
+from tilelang.dtypes import bits as dtype_bits
 from tilelang.utils.ir import collect, const_int, is_if_then_else
 
 MAX_VECTOR_BITS = 128

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from tilelang.language.dtypes import bits as dtype_bits
+from tilelang.dtypes import bits as dtype_bits
 from tilelang.layout.fragment import substitute
 from tilelang.utils.ir import collect
 from tilelang.utils.target import arch_of

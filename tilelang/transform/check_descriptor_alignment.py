@@ -14,8 +14,8 @@ from __future__ import annotations
 import tvm
 from tvm import ir, sym, tirx
 
-from tilelang.language.diagnostics import CompilerError
-from tilelang.op import gemm_wgmma
+from tilelang.errors import CompilerError
+from tilelang.op.gemm import wgmma as gemm_wgmma
 from tilelang.transform.common import walk
 
 _ALIGN = {3: 1024, 2: 512, 1: 256}

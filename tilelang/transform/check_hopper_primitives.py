@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from tilelang.language.diagnostics import at_span
+from tilelang.errors import at_span
 from tilelang.op import base, tma
 from tilelang.transform.common import walk
 from tilelang.utils.ir import extern_name

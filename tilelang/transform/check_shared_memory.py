@@ -13,7 +13,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 from tilelang.utils.target import arch_of, compute_capability
 
 # Largest dynamic shared memory a block may opt in to, by compute capability (CUDA programming

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from tvm import ir, tirx
 
 from tilelang.op import gemm as gemm_op
-from tilelang.op import gemm_wgmma
+from tilelang.op.gemm import wgmma as gemm_wgmma
 from tilelang.transform import wgmma_waits
 from tilelang.utils.ir import extern, seq
 
@@ -145,7 +145,7 @@ def _take_turns(consumers, kernel: Kernel) -> bool:
     if kernel.threads != 256:
         return False
     gemms = [st for st, _ in consumers if gemm_op.is_gemm(st)]
-    plans = [gemm_wgmma.plan(gemm_op.Gemm(st.value), kernel.target, kernel.threads) for st in gemms]
+    plans = [gemm_wgmma.plan(gemm_op.Gemm(st.value), kernel.target, kernel.threads, kernel.options) for st in gemms]
     others = [st for st, _ in consumers if not gemm_op.is_gemm(st)]
     return bool(gemms) and bool(others) and all(p is not None and p.wg_m == 2 for p in plans)
 

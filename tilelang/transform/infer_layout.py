@@ -28,14 +28,16 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import ir, tirx
 
-from tilelang.language.diagnostics import at_span
+from tilelang.errors import at_span
 from tilelang.layout import fragment as fl
 from tilelang.layout import layout as sl
 from tilelang.layout.evaluate import NotEvaluable
+from tilelang.layout.layout import shared_layout_from_ir, shared_layout_to_ir
 from tilelang.op import base, parallel
 from tilelang.op import gemm as gemm_op
 from tilelang.op import reduce as reduce_op
 from tilelang.op.loops import is_parallel
+from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform.common import Scope, collect, mutate_with_scope, walk
 
 LOOP_LAYOUT = "tl.loop_layout"
@@ -216,7 +218,7 @@ def _settle_loop(state, node, layout):
 # ---- the three levels ----------------------------------------------------------------------------
 
 
-def strict_level(func, nodes, state):
+def strict_level(func, nodes, state, options=None):
     """User-annotated fragment layouts and loop layouts, and the register layouts of gemms."""
     annotated = func.attrs.get(ANNOTATED_LAYOUTS) if func.attrs is not None else None
     for buffer, value in (annotated or {}).items():
@@ -225,9 +227,9 @@ def strict_level(func, nodes, state):
     target = func.attrs.get("target") if func.attrs is not None else None
     for node in nodes:
         if node.kind == "gemm":
-            for buffer, layout in gemm_op.layouts(node.gemm, target, node.num_threads, node.span).items():
+            for buffer, layout in gemm_op.layouts(node.gemm, target, node.num_threads, node.span, options).items():
                 _give(state, buffer, layout, node.span, node)
-            for buffer, layout in gemm_op.shared_layouts(node.gemm, target, node.num_threads).items():
+            for buffer, layout in gemm_op.shared_layouts(node.gemm, target, node.num_threads, options).items():
                 user = (annotated or {}).get(buffer)
                 if user is not None and not _same_shared_layout(shared_layout_from_ir(user), layout):
                     raise at_span(
@@ -349,10 +351,10 @@ def _coalesced_width(loop) -> int:
     return int(value) if value is not None else 0
 
 
-def infer_layout(func: tirx.PrimFunc) -> tirx.PrimFunc:
+def infer_layout(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
     nodes, analyzer = _collect(func)
     state = _State(analyzer)
-    strict_level(func, nodes, state)
+    strict_level(func, nodes, state, options)
     common_level(nodes, state)
     while free_level(nodes, state):
         common_level(nodes, state)
@@ -430,16 +432,3 @@ def _same_shared_layout(a: sl.Layout, b: sl.Layout) -> bool:
     import numpy as np
 
     return tuple(a.shape) == tuple(b.shape) and np.array_equal(a.inverse_table(), b.inverse_table())
-
-
-def shared_layout_to_ir(layout: sl.Layout):
-    from tvm.tirx import IndexMap
-
-    return tvm_ffi.convert(
-        [IndexMap(list(layout.vars), [layout.forward], None), list(layout.shape), layout.physical_size]
-    )
-
-
-def shared_layout_from_ir(value) -> sl.Layout:
-    imap, shape, size = value
-    return sl.Layout(tuple(int(s) for s in shape), list(imap.initial_indices), imap.final_indices[0], int(size))

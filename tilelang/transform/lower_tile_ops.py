@@ -18,11 +18,13 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import ir, tirx
 
-from tilelang.language.diagnostics import at_span
+from tilelang.errors import at_span
 from tilelang.layout import fragment as fl
+from tilelang.layout.layout import shared_layout_from_ir
 from tilelang.op import base, cumsum, parallel, tma, wgmma_wait
 from tilelang.op import gemm as gemm_op
 from tilelang.op import reduce as reduce_op
+from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform import sync_thread_branches as thread_branch
 from tilelang.transform.common import (
     Scope,
@@ -37,7 +39,6 @@ from tilelang.transform.infer_layout import (
     FRAGMENT_LAYOUTS,
     LOOP_LAYOUT,
     SHARED_LAYOUTS,
-    shared_layout_from_ir,
 )
 from tilelang.transform.register_budget import RegisterBudget
 from tilelang.utils.ir import extern_name, is_block_barrier, seq
@@ -54,8 +55,9 @@ _OP_LOWERINGS = {
 class LowerContext:
     """What an op's lowering may ask for."""
 
-    def __init__(self, fragments, scope, target=None, shared_layouts=None):
+    def __init__(self, fragments, scope, target=None, shared_layouts=None, options=None):
         self.target = target
+        self.options = options if options is not None else DEFAULT_OPTIONS
         self._fragments = fragments
         self._shared_layouts = shared_layouts or {}
         self.tensor_maps = []  # TMA descriptors (op/tma.py TensorMap) the host encodes before the launch
@@ -153,13 +155,13 @@ def _share_workspaces(stmt, workspaces):
     return fl.substitute(stmt, swap), kept
 
 
-def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
+def lower_tile_ops(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
     fragments = {}
     if func.attrs is not None and FRAGMENT_LAYOUTS in func.attrs:
         fragments = {b: fl.from_ir(v) for b, v in func.attrs[FRAGMENT_LAYOUTS].items()}
     scope = Scope()
     attrs = func.attrs if func.attrs is not None else {}
-    ctx = LowerContext(fragments, scope, attrs.get("target"), attrs.get(SHARED_LAYOUTS))
+    ctx = LowerContext(fragments, scope, attrs.get("target"), attrs.get(SHARED_LAYOUTS), options)
 
     def on_for(loop, recurse):
         if LOOP_LAYOUT not in loop.annotations:

@@ -23,7 +23,7 @@ from tvm import tirx
 from tilelang.layout.fragment import substitute
 from tilelang.op import base, tma
 from tilelang.op import copy as copy_op
-from tilelang.transform import pass_config
+from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform import pipeline_tma_checks as checks
 from tilelang.transform.common import Scope, allocate_at_kernel_top, is_innermost_thread_extent, mutate_with_scope
 from tilelang.transform.consumer_loop import barrier
@@ -31,11 +31,11 @@ from tilelang.utils.ir import extern, seq
 from tilelang.utils.target import arch_of
 
 
-def lower_tma_copies(func: tirx.PrimFunc) -> tirx.PrimFunc:
+def lower_tma_copies(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
     target = func.attrs.get("target") if func.attrs is not None else None
     if target is None or arch_of(target) != "sm_90a":
         return func
-    if pass_config.enabled(pass_config.PassConfigKey.TL_DISABLE_TMA_LOWER):
+    if options.disable_tma_lower:
         return func
     scope = Scope()
     # The kernel's copies share one barrier array, one barrier each: separate allocations could be
@@ -60,7 +60,7 @@ def lower_tma_copies(func: tirx.PrimFunc) -> tirx.PrimFunc:
         tx, threads = scope.threads.get("threadIdx.x", (None, 0))
         if isinstance(tile, str) or tx is None or {"threadIdx.y", "threadIdx.z"} & set(scope.threads):
             return stmt
-        kernel = checks.Kernel(func, target, tx, int(threads), only_x=True, specialized=[])
+        kernel = checks.Kernel(func, target, tx, int(threads), only_x=True, specialized=[], options=options)
         if tma.box_plan(tile, checks.predicted_layout(dst.buffer, kernel)) is None:
             return stmt
         ptr = barrier(placeholder, len(tiles))

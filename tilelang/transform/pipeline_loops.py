@@ -32,10 +32,11 @@ from dataclasses import dataclass
 import tvm_ffi
 from tvm import ir, tirx
 
-from tilelang.language.diagnostics import at_span
+from tilelang.errors import at_span
 from tilelang.layout.fragment import substitute
 from tilelang.op import base, tma
 from tilelang.op import copy as copy_op
+from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform import pipeline_tma
 from tilelang.transform import pipeline_tma_checks as checks
 from tilelang.transform.common import Scope, mutate_with_scope, walk
@@ -279,7 +280,7 @@ def _pipeline(loop, stages: int, new_tiles: dict, kernel: checks.Kernel):
     return seq([prologue, main, extern("tl::cp_async_wait<0>")])
 
 
-def pipeline_loops(func: tirx.PrimFunc) -> tirx.PrimFunc:
+def pipeline_loops(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
     new_tiles = {}
     scope = Scope()
     target = func.attrs.get("target") if func.attrs is not None else None
@@ -322,6 +323,7 @@ def pipeline_loops(func: tirx.PrimFunc) -> tirx.PrimFunc:
             guarded=guards[0] > 0,
             blocks={tag: v for tag, v in scope.threads.items() if tag.startswith("blockIdx")},
             binds=binds,
+            options=options,
         )
         out = _pipeline(loop, int(stages), new_tiles, kernel)
         return out if out is not None else loop

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from tvm import ir, sym, tirx
 
 from tilelang.layout.fragment import substitute
+from tilelang.layout.layout import shared_layout_from_ir
 from tilelang.op import base, tma
 from tilelang.op import gemm as gemm_op
-from tilelang.transform import pass_config
+from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform.common import collect, walk
-from tilelang.transform.infer_layout import ANNOTATED_LAYOUTS, shared_layout_from_ir
+from tilelang.transform.infer_layout import ANNOTATED_LAYOUTS
 from tilelang.utils.ir import const_int
 from tilelang.utils.target import arch_of
 
@@ -36,6 +37,7 @@ class Kernel:
     blocks: dict = None  # "blockIdx.x"/"blockIdx.y" -> (var, grid extent)
     binds: dict = None  # variable -> value of the bindings in the kernel (`bx_r = ...`)
     cluster: int | None = None  # the grid dimension of the loop's 2-block clusters (`cluster_plan`)
+    options: CompileOptions = DEFAULT_OPTIONS  # the kernel's compile options
 
 
 def predicted_layout(tile_buffer, kernel: Kernel):
@@ -49,7 +51,7 @@ def predicted_layout(tile_buffer, kernel: Kernel):
     def on_eval(stmt):
         if base.is_tile_op(stmt.value, gemm_op.NAME):
             g = gemm_op.Gemm(stmt.value)
-            lay = gemm_op.shared_layouts(g, kernel.target, kernel.threads).get(tile_buffer)
+            lay = gemm_op.shared_layouts(g, kernel.target, kernel.threads, kernel.options).get(tile_buffer)
             if lay is not None:
                 found.append(lay)
 
@@ -61,7 +63,7 @@ def why_not(producers, kernel: Kernel) -> str | None:
     """Why the loop cannot use TMA (None: it can)."""
     if kernel.target is None or arch_of(kernel.target) != "sm_90a":
         return "not sm_90a"
-    if pass_config.enabled(pass_config.PassConfigKey.TL_DISABLE_TMA_LOWER):
+    if kernel.options.disable_tma_lower:
         return "tl.disable_tma_lower is set"
     for p in producers:
         src, dst = base.Region.from_ir(p.value.args[0]), base.Region.from_ir(p.value.args[1])
@@ -75,7 +77,7 @@ def why_not(producers, kernel: Kernel) -> str | None:
 
 def why_not_specialized(loop, producers, kernel: Kernel) -> str | None:
     """Why the loop cannot get a producer warpgroup (None: it can)."""
-    if pass_config.enabled(pass_config.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED):
+    if kernel.options.disable_warp_specialized:
         return "tl.disable_warp_specialized is set"
     # The producer runs only the loop: its trip count and load coordinates must not read values the
     # consumers' code computes into registers or shared memory (a T.alloc_var, a tile).
@@ -112,7 +114,7 @@ def cluster_plan(loop, producers, kernel: Kernel) -> tuple[int, list] | None:
     block index either. Not for loops inside loops or under a condition (a block skipping the loop
     would leave its peer waiting). Only with `tl.enable_tma_multicast`: on the H200 it measured
     within noise of the plain pipeline (GEMM, flash attention, MLA decode), so it is not the default."""
-    if kernel.nested or kernel.guarded or not pass_config.enabled(pass_config.PassConfigKey.TL_ENABLE_TMA_MULTICAST):
+    if kernel.nested or kernel.guarded or not kernel.options.enable_tma_multicast:
         return None
     best = None
     for dim, tag in enumerate(("blockIdx.x", "blockIdx.y")):

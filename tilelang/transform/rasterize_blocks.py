@@ -20,7 +20,7 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import tirx
 
-from tilelang.language.diagnostics import at_span
+from tilelang.errors import at_span
 from tilelang.layout.fragment import substitute
 from tilelang.op import base
 from tilelang.transform.common import Scope, collect, mutate_with_scope

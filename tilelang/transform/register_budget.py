@@ -13,8 +13,8 @@ Found by running: MLA decode with warpgroups at 240 + 240 + 32 registers in a 38
 
 from __future__ import annotations
 
+from tilelang.errors import at_span
 from tilelang.language.barriers import SETMAXNREG_CALL
-from tilelang.language.diagnostics import at_span
 
 REGISTER_FILE = 65536
 WARPGROUP = 128

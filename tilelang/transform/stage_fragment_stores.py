@@ -27,11 +27,11 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import ir, tirx
 
-from tilelang.language.dtypes import bits as dtype_bits
+from tilelang.dtypes import bits as dtype_bits
 from tilelang.op import base
 from tilelang.op import copy as copy_op
 from tilelang.op import gemm as gemm_op
-from tilelang.transform import pass_config
+from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform.check_shared_memory import shared_memory_limit, tile_bytes
 from tilelang.transform.common import allocate_at_kernel_top, collect, is_innermost_thread_extent
 from tilelang.utils.ir import const_int, seq
@@ -96,11 +96,11 @@ def _liveness(body, tiles, accumulators):
     return last_use, position, in_loop
 
 
-def stage_fragment_stores(func: tirx.PrimFunc) -> tirx.PrimFunc:
+def stage_fragment_stores(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
     target = func.attrs.get("target") if func.attrs is not None else None
     if target is None or arch_of(target) != "sm_90a":
         return func
-    if pass_config.enabled(pass_config.PassConfigKey.TL_DISABLE_FRAGMENT_STORE_STAGING):
+    if options.disable_fragment_store_staging:
         return func
     limit = shared_memory_limit(target)
 

@@ -39,7 +39,7 @@ import tvm
 import tvm_ffi
 from tvm import ir, s_tir, tirx
 
-from tilelang.language.diagnostics import UserError, at_span
+from tilelang.errors import UserError, at_span
 from tilelang.utils.ir import extern, is_block_barrier, seq, statements
 
 THREAD_BRANCH = "tl.thread_branch"  # one side of a thread branch: node [lo, hi)

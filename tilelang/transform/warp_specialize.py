@@ -26,7 +26,7 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import ir, tirx
 
-from tilelang.language.diagnostics import CompilerError
+from tilelang.errors import CompilerError
 from tilelang.layout.fragment import substitute
 from tilelang.transform import pipeline_tma as ptma
 from tilelang.transform.common import Scope, collect, is_thread_extent, mutate_with_scope

@@ -32,9 +32,10 @@ from dataclasses import dataclass, replace
 
 from tvm import ir, tirx
 
-from tilelang.op import base, gemm_wgmma, wgmma_wait
+from tilelang.op import base, wgmma_wait
 from tilelang.op import copy as copy_op
 from tilelang.op import gemm as gemm_op
+from tilelang.op.gemm import wgmma as gemm_wgmma
 from tilelang.transform.common import branch_ranges
 from tilelang.utils.ir import collect, seq, statements
 
@@ -89,7 +90,7 @@ class Waits:
         if not gemm_op.is_gemm(stmt):
             return None
         g = gemm_op.Gemm(stmt.value)
-        if gemm_wgmma.plan(g, self.kernel.target, self.kernel.threads) is None:
+        if gemm_wgmma.plan(g, self.kernel.target, self.kernel.threads, self.kernel.options) is None:
             return None
         return g
 

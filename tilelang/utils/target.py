@@ -6,12 +6,11 @@ unit as the kernels (see `codegen/cuda.py`).
 
 from __future__ import annotations
 
-import os
-
 import tvm
 from tvm.target import Target
 
-from tilelang.language.diagnostics import UserError
+from tilelang import env
+from tilelang.errors import UserError
 
 # Architectures whose features (wgmma, setmaxnreg) exist only in the "a" variant.
 _ARCH_SUFFIX = {"sm_90": "sm_90a", "sm_100": "sm_100a"}
@@ -42,7 +41,7 @@ def determine_target(target=None) -> Target:
     {"kind": "cuda", "arch": "sm_90a"}, a TVM target tag, or a tvm Target.
     """
     if target is None or target == "auto":
-        target = os.environ.get("TILELANG_DEFAULT_TARGET", "auto")
+        target = env.default_target()
         if target == "auto":
             target = "cuda"
     if isinstance(target, Target):

@@ -9,7 +9,7 @@ import pytest
 import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda, register_counts
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 

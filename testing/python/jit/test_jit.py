@@ -5,8 +5,8 @@ import torch
 
 import tilelang
 import tilelang.language as T
+from tilelang.errors import UserError
 from tilelang.jit.kernel import normalize_out_idx
-from tilelang.language.diagnostics import UserError
 from tilelang.utils.target import arch_of, determine_target
 
 

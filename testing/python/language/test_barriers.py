@@ -10,7 +10,7 @@ import torch
 import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 
 
 def ws_gemm(M=64, N=64, K=512, block_K=64, stages=2):

@@ -5,7 +5,7 @@ import tvm_ffi
 from tvm import ir, tirx
 
 import tilelang.language as T
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 
 
 def _collect(func, kind):

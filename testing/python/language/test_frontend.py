@@ -5,7 +5,7 @@ import tvm_ffi
 from tvm import ir, tirx
 
 import tilelang.language as T
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 from tilelang.op import base
 
 
@@ -266,7 +266,7 @@ def test_copy_extents_from_bound_values_are_checked_once_the_bindings_are_known(
     """`A[start:end]` with `start`/`end` bound to expressions (public MLA kernels do this): parsing
     cannot compare `end - start` with the tile, lowering can."""
     import tilelang
-    from tilelang.language.diagnostics import UserError
+    from tilelang.errors import UserError
 
     assert "__global__" in tilelang.compile(_copy_with_bound_bounds(64), target="sm_80").get_kernel_source()
     with pytest.raises(UserError, match=r"(?s)shapes .*must match.*T.copy\(A\[start:end"):

@@ -3,7 +3,7 @@
 import pytest
 
 import tilelang.language as T
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 
 
 def test_parse_errors_keep_their_message_and_line():

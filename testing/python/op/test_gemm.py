@@ -6,10 +6,11 @@ import pytest
 import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 from tilelang.layout.evaluate import evaluate, grid
 from tilelang.op import gemm as gemm_op
-from tilelang.op import gemm_instructions as inst
+from tilelang.op.gemm import instructions as inst
+from tilelang.op.gemm import policy as policy_mod
 from tilelang.utils.target import determine_target
 
 
@@ -43,12 +44,12 @@ def test_fp8_needs_sm89():
     ],
 )
 def test_warp_partition_policies(policy, expect):
-    assert gemm_op.warp_partition(128, 128, 4, policy) == expect
+    assert policy_mod.warp_partition(128, 128, 4, policy) == expect
 
 
 def test_warp_partition_error_names_the_constraint():
     with pytest.raises(UserError, match="cannot tile a 24 x 128 output"):
-        gemm_op.warp_partition(24, 128, 4, gemm_op.GemmWarpPolicy.Square)
+        policy_mod.warp_partition(24, 128, 4, gemm_op.GemmWarpPolicy.Square)
 
 
 def _gemm_kernel(
@@ -156,7 +157,7 @@ def test_register_operand_variants_compile(kind):
 def test_register_operand_layouts_fill_the_registers_the_template_reads(kind, policy):
     g, lay = _layouts(_gemm_kernel(64, 64, 32, kind=kind, policy=policy))
     frag = lay[g.a.buffer] if kind == "rs" else lay[g.b.buffer]
-    wm, wn = gemm_op.warp_partition(64, 64, 4, gemm_op.GemmWarpPolicy(policy))
+    wm, wn = policy_mod.warp_partition(64, 64, 4, gemm_op.GemmWarpPolicy(policy))
     rows = 64 // wm if kind == "rs" else 64 // wn  # the operand rows (A) or columns (B) of one warp
     assert frag.is_injective() and frag.local_size == rows * 32 // 32
     assert frag.replicate == (wn if kind == "rs" else wm)

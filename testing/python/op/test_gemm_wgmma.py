@@ -14,8 +14,8 @@ from tilelang.codegen import cuda
 from tilelang.layout import layout as sl
 from tilelang.layout.evaluate import evaluate, grid
 from tilelang.op import gemm as gemm_op
-from tilelang.op import gemm_wgmma
-from tilelang.transform import pass_config
+from tilelang.op.gemm import wgmma as gemm_wgmma
+from tilelang.options import CompileOptions
 from tilelang.utils.target import determine_target
 
 SM90 = determine_target("sm_90a")
@@ -65,8 +65,8 @@ def test_mma_sync_stays_when_wgmma_cannot_run(why, kwargs, target, config):
     args = {"M": 128, "N": 128, "K": 64, **kwargs}
     threads = args.pop("threads", 128)
     g = _gemm(_gemm_kernel(args.pop("M"), args.pop("N"), args.pop("K"), threads=threads, **args))
-    with pass_config.active(config):
-        assert gemm_wgmma.plan(g, determine_target(target), threads) is None, why
+    options = CompileOptions.from_pass_configs(config)
+    assert gemm_wgmma.plan(g, determine_target(target), threads, options) is None, why
 
 
 def test_c_fragment_is_a_bijection_and_feeds_the_next_gemm_as_a():

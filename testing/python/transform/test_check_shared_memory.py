@@ -4,7 +4,7 @@ import pytest
 
 import tilelang
 import tilelang.language as T
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 
 
 def _kernel(rows):
@@ -33,11 +33,11 @@ def test_limits_differ_by_architecture():
 
 def test_an_internal_failure_is_a_compiler_error_naming_the_pass(monkeypatch):
     from tilelang.engine import pipeline
-    from tilelang.language.diagnostics import CompilerError
+    from tilelang.errors import CompilerError
 
     def broken(func):
         raise KeyError("boom")
 
-    monkeypatch.setattr(pipeline, "_tile_passes", lambda: [("broken_pass", broken)])
+    monkeypatch.setattr(pipeline, "_tile_passes", lambda options: [("broken_pass", broken)])
     with pytest.raises(CompilerError, match="(?s)internal error in pass 'broken_pass'.*TILELANG_DUMP_IR"):
         tilelang.compile(_kernel(8), target="sm_80")

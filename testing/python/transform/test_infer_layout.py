@@ -7,10 +7,11 @@ from tvm import tirx
 
 import tilelang
 import tilelang.language as T
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 from tilelang.layout import fragment as fl
 from tilelang.layout import layout as sl
 from tilelang.layout.evaluate import evaluate, grid
+from tilelang.layout.layout import shared_layout_from_ir
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import (
     DYNAMIC,
@@ -18,7 +19,6 @@ from tilelang.transform.infer_layout import (
     LOOP_LAYOUT,
     SHARED_LAYOUTS,
     infer_layout,
-    shared_layout_from_ir,
 )
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
 

@@ -12,7 +12,7 @@ from tvm import tirx
 import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
-from tilelang.transform import pass_config
+from tilelang.options import CompileOptions
 from tilelang.transform.stage_fragment_stores import stage_fragment_stores
 from tilelang.utils.ir import collect
 from tilelang.utils.target import determine_target
@@ -72,8 +72,7 @@ def test_left_direct(case):
         "not a gemm accumulator": _kernel(64, 128, gemm=False),
     }[case]
     configs = {"tl.disable_fragment_store_staging": True} if case == "switched off" else {}
-    with pass_config.active(configs):
-        out = stage_fragment_stores(func)
+    out = stage_fragment_stores(func, CompileOptions.from_pass_configs(configs))
     assert not [a for a in collect(out.body, tirx.AllocBuffer) if a.buffer.name.endswith("_staged")]
 
 

@@ -13,7 +13,7 @@ from tvm import ir, tirx
 import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 from tilelang.transform.sync_thread_branches import (
     THREAD_BRANCH,
     expose_thread_branches,

@@ -31,6 +31,7 @@ from tvm import ir, tirx
 import tilelang
 import tilelang.language as T
 from tilelang.engine.pipeline import lower
+from tilelang.options import CompileOptions
 from tilelang.utils.ir import extern_name, is_block_barrier
 from tilelang.utils.target import determine_target
 
@@ -502,7 +503,7 @@ def run_cluster(device_func, threads, block_indices, seed, lead=False):
 
 
 def _device_kernel(func, configs=None):
-    low = lower(func, determine_target("sm_90a"), configs or {})
+    low = lower(func, determine_target("sm_90a"), CompileOptions.from_pass_configs(configs))
     (kernel,) = [f for gv, f in low.device_mod.functions.items() if "kernel" in gv.name_hint]
     return kernel, _threads(kernel)
 
@@ -637,7 +638,7 @@ def test_staged_schedule_counts_stages_across_runs_of_any_length():
 
 def test_mla_split_and_combine_kernels():
     f = mla.mla_decode.factory(2, 128, 1, 1024, 512, 64, 64, 64, 2, "float16")
-    low = lower(f, determine_target("sm_90a"), {})
+    low = lower(f, determine_target("sm_90a"))
     kernels = [fn for gv, fn in low.device_mod.functions.items()]
     assert len(kernels) == 2
     for kernel in kernels:

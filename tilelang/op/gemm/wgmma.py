@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 from tvm import tirx
 
-from tilelang.language.dtypes import bits as dtype_bits
+from tilelang.dtypes import bits as dtype_bits
 from tilelang.layout import fragment as fl
-from tilelang.transform import pass_config
+from tilelang.op.gemm.policy import GemmWarpPolicy
+from tilelang.options import CompileOptions
 from tilelang.utils.ir import i32 as _c
 from tilelang.utils.target import arch_of
 
@@ -80,7 +81,7 @@ def _panel_bits(region) -> int | None:
     return None
 
 
-def plan(g, target, num_threads: int) -> Plan | None:
+def plan(g, target, num_threads: int, options: CompileOptions | None = None) -> Plan | None:
     """The wgmma plan for gemm `g`, or None (mma.sync) with the reason in the debug log."""
 
     def no(reason: str):
@@ -89,7 +90,7 @@ def plan(g, target, num_threads: int) -> Plan | None:
 
     if target is None or arch_of(target) != "sm_90a":
         return None
-    if pass_config.enabled(pass_config.PassConfigKey.TL_DISABLE_WGMMA):
+    if options is not None and options.disable_wgmma:
         return no("disabled by tl.disable_wgmma")
     a_dtype, b_dtype, c_dtype = (str(r.buffer.dtype) for r in (g.a, g.b, g.c))
     pair = (a_dtype, c_dtype)
@@ -126,8 +127,6 @@ def plan(g, target, num_threads: int) -> Plan | None:
         fits.append((wg_m, wg_n))
     if not fits:
         return no(f"{num_wg} warpgroups cannot tile {g.M} x {g.N} in 64-row wgmma with N in {n_sizes}")
-    from tilelang.op.gemm import GemmWarpPolicy
-
     prefer_n = g.policy == GemmWarpPolicy.FullCol
     wg_m, wg_n = max(fits, key=lambda f: f[1] if prefer_n else f[0])
     return Plan(wg_m, wg_n, swz_a, swz_b)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilelang.language.diagnostics import UserError
+from tilelang.errors import UserError
 from tilelang.utils.target import arch_of, compute_capability
 
 

@@ -1,0 +1,202 @@
+"""`T.gemm(A, B, C, transpose_A, transpose_B, policy, clear_accum, k_pack)`: C += A @ B on tensor cores.
+
+A and B are shared tiles or fragments (ss, rs, sr); C is a fragment. The package:
+  __init__      the user function, the parsed op (`Gemm`), and the dispatch below
+  instructions  which mma.sync shape a (target, dtypes) pair uses (a registry)
+  policy        `T.GemmWarpPolicy` and the warp partition
+  mma           mma.sync: register layouts, operand swizzles, the template call
+  wgmma         wgmma (sm_90a): the warpgroup plan, its layouts and template call
+
+Layout rule (strict level): C, and A or B when they are fragments, get the register layouts of the
+instruction chosen (wgmma where `wgmma.plan` gives a plan, else mma.sync); shared operands get the
+swizzle that instruction reads them with. Lowering: a call to the matching device template.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from tilelang.errors import UserError, at_span
+from tilelang.op import base
+from tilelang.op.gemm import instructions, mma, wgmma
+from tilelang.op.gemm.policy import GemmWarpPolicy
+from tilelang.utils.ir import i32 as _c
+
+NAME = "gemm"
+
+
+def gemm(
+    A,
+    B,
+    C,
+    transpose_A=False,
+    transpose_B=False,
+    policy=GemmWarpPolicy.Square,
+    clear_accum=False,
+    k_pack=1,
+    wg_wait=0,
+    mbar=None,
+    annotations=None,
+):
+    """C += A @ B (A^T / B^T with the transpose flags); with clear_accum, C = A @ B. clear_accum
+    may be a run-time condition (`clear_accum=k == 0` in a loop over K).
+
+    Args:
+        A: (M, K) or, transposed, (K, M): a shared tile or a fragment.
+        B: (K, N) or, transposed, (N, K): a shared tile or a fragment.
+        C: (M, N) fragment, the accumulator.
+        policy: T.GemmWarpPolicy.Square / FullRow / FullCol.
+
+    Errors: UserError on shapes that do not chain, wrong memory scopes, or (when compiled) dtypes
+    the target's tensor cores cannot multiply and tiles the instruction shape does not divide.
+
+    Example:
+        T.gemm(A_shared, B_shared, C_local)
+        T.gemm(Q_shared, K_shared, S_local, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+    """
+    a, b, c = (base.to_region(x, f"T.gemm {n}") for x, n in ((A, "A"), (B, "B"), (C, "C")))
+    for r, n in ((a, "A"), (b, "B"), (c, "C")):
+        if r is None:
+            raise UserError(f"T.gemm: {n} must be a buffer, not a single element")
+    if c.buffer.scope() != "local.fragment":
+        raise UserError(
+            f"T.gemm: the accumulator C ('{c.name}') must be a fragment (T.alloc_fragment), "
+            f"not {c.buffer.scope()} memory"
+        )
+    for r, n in ((a, "A"), (b, "B")):
+        if r.buffer.scope() not in ("shared.dyn", "shared", "local.fragment"):
+            raise UserError(f"T.gemm: {n} ('{r.name}') must be a shared tile or a fragment")
+    if a.buffer.scope() == "local.fragment" and b.buffer.scope() == "local.fragment":
+        raise UserError("T.gemm: A and B cannot both be fragments; keep one in shared memory")
+    a_shape, b_shape, c_shape = ([int(x) for x in r.nonunit_extents()] for r in (a, b, c))
+    if len(a_shape) != 2 or len(b_shape) != 2 or len(c_shape) != 2:
+        raise UserError(f"T.gemm: A, B and C must be 2-d tiles, got {a_shape}, {b_shape}, {c_shape}")
+    M, K = (a_shape[1], a_shape[0]) if transpose_A else tuple(a_shape)
+    K2, N = (b_shape[1], b_shape[0]) if transpose_B else tuple(b_shape)
+    if K != K2 or [M, N] != c_shape:
+        raise UserError(
+            f"T.gemm: shapes do not chain: A is {a_shape}{' (transposed)' if transpose_A else ''}, "
+            f"B is {b_shape}{' (transposed)' if transpose_B else ''}, C is {c_shape}; "
+            f"need A (M, K), B (K, N), C (M, N)"
+        )
+    if int(k_pack) != 1:
+        raise UserError("T.gemm: k_pack other than 1 is not supported on this target")
+    args = [
+        a.to_ir(),
+        b.to_ir(),
+        c.to_ir(),
+        tirx.const(int(bool(transpose_A)), "int32"),
+        tirx.const(int(bool(transpose_B)), "int32"),
+        tirx.const(int(policy), "int32"),
+        tirx.const(int(bool(clear_accum)), "int32") if isinstance(clear_accum, (bool, int)) else clear_accum,
+        tirx.const(int(wg_wait), "int32"),
+    ]
+    return base.make_call(NAME, args)
+
+
+def wait_wgmma(pending: int = 0):
+    """Wait until at most `pending` of this thread's asynchronous wgmma gemms (issued with
+    `wg_wait=-1`) are still running; their accumulators may be read after it.
+
+    Example:
+        T.gemm(A_shared, B_shared, C_local, wg_wait=-1)
+        ...                                   # work that does not touch C_local
+        T.wait_wgmma(0)
+    """
+    return tirx.call_extern("void", f"tl::wgmma_wait<{int(pending)}>")
+
+
+def is_gemm(stmt) -> bool:
+    """Whether `stmt` is a `T.gemm` statement (tile-op level)."""
+    return isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value, NAME)
+
+
+class Gemm:
+    """A parsed `tl.gemm` call with its shape."""
+
+    def __init__(self, call):
+        self.a, self.b, self.c = (base.Region.from_ir(call.args[k]) for k in range(3))
+        self.trans_a, self.trans_b = bool(int(call.args[3].value)), bool(int(call.args[4].value))
+        self.policy = GemmWarpPolicy(int(call.args[5].value))
+        # True/False, or a run-time condition (`fold_accumulator_clear`): start from zero when it holds.
+        clear = call.args[6]
+        self.clear = bool(int(clear.value)) if isinstance(clear, tirx.IntImm) else clear
+        # wgmma only: how many of this thread's wgmma groups may still run when the call returns
+        # (0: all done; -1: no wait, T.wait_wgmma later). mma.sync gemms always complete.
+        self.wg_wait = int(call.args[7].value) if len(call.args) > 7 else 0
+        # Set by the pipeline planner when both operands are written only by TMA (async proxy),
+        # so the wgmma needs no proxy fence before reading them.
+        self.async_operands = bool(int(call.args[8].value)) if len(call.args) > 8 else False
+        self.M, self.N = (int(x) for x in self.c.nonunit_extents())
+        a_shape = [int(x) for x in self.a.nonunit_extents()]
+        self.K = a_shape[0] if self.trans_a else a_shape[1]
+
+    @property
+    def kind(self) -> str:
+        return ("r" if self.a.buffer.scope() == "local.fragment" else "s") + (
+            "r" if self.b.buffer.scope() == "local.fragment" else "s"
+        )
+
+    def fragments(self):
+        return [r.buffer for r in (self.a, self.b, self.c) if r.buffer.scope() == "local.fragment"]
+
+
+def layouts(g: Gemm, target, num_threads: int, span=None, options=None) -> dict:
+    """The register layouts this gemm imposes: {buffer: Fragment} for C and fragment operands."""
+    if num_threads % 32:
+        raise at_span(f"T.gemm needs whole warps; the kernel has {num_threads} threads", span)
+    inst = instructions.select(target, str(g.a.buffer.dtype), str(g.b.buffer.dtype), str(g.c.buffer.dtype))
+    if g.K % inst.k:
+        raise at_span(
+            f"T.gemm: K = {g.K} is not a multiple of {inst.k}, the K of {inst.name}; use a block_K "
+            f"that is a multiple of {inst.k}",
+            span,
+        )
+    p = wgmma.plan(g, target, num_threads, options)
+    if p is not None:
+        out = {g.c.buffer: wgmma.c_fragment(g, p, num_threads)}
+        if g.a.buffer.scope() == "local.fragment":
+            out[g.a.buffer] = wgmma.a_fragment(g, p, num_threads)
+        return out
+    return mma.layouts(g, inst, num_threads, span)
+
+
+def shared_layouts(g: Gemm, target=None, num_threads: int | None = None, options=None) -> dict:
+    """{shared operand buffer: Layout} that the instruction reads them with."""
+    p = wgmma.plan(g, target, num_threads, options) if num_threads else None
+    return wgmma.shared_layouts(g, p) if p is not None else mma.shared_layouts(g)
+
+
+def pointer(region, ctx, rw: int):
+    """A typed pointer to the region's first element, marked read/write for barrier insertion."""
+    buf = region.buffer
+    if ctx.has_local(buf):
+        buf = ctx.local_of(buf)
+        offset, extent = _c(0), _c(int(buf.shape[0]))
+    else:
+        offset = _c(0)
+        stride = 1
+        for s, n in reversed(list(zip(region.starts, buf.shape))):
+            offset = offset + s * _c(stride)
+            stride *= int(n)
+        extent = _c(stride)
+    return tirx.tvm_access_ptr(tirx.type_annotation(str(buf.dtype)), buf.data, offset, extent, rw)
+
+
+def lower(call, ctx, span=None) -> tirx.Stmt:
+    g = Gemm(call)  # its instruction and shapes were checked by `layouts` at layout inference
+    args = [pointer(g.a, ctx, 1), pointer(g.b, ctx, 1), pointer(g.c, ctx, 3)]
+    clear = [] if isinstance(g.clear, bool) else [g.clear]  # a run-time clear is the calls' last argument
+    p = wgmma.plan(g, ctx.target, ctx.num_threads, ctx.options)
+    if p is None:
+        return mma.call(g, ctx, args, clear, span)
+    offset = ctx.thread_offset  # the first thread of the `if tx >= n` branch it is in
+    if offset % 128:
+        raise at_span(
+            f"T.gemm on Hopper runs on whole warpgroups, but the thread branch it is in starts at "
+            f"thread {offset}, not a multiple of 128",
+            span,
+        )
+    name = wgmma.call_name(g, p)
+    wg = ctx.warpgroup_index()
+    return tirx.Evaluate(tirx.call_extern("void", name, *args, wg - offset // 128 if offset else wg, *clear))

@@ -1,0 +1,144 @@
+"""`T.gemm` on mma.sync (sm_80 and later; on sm_90a when wgmma does not apply): register layouts,
+operand swizzles and the template call.
+
+The warps of the block tile C's M x N as WarpM x WarpN (`policy.warp_partition`); each warp runs
+16 x 8 mma.sync atoms over its part. C, and A or B when they are fragments, get the register layouts
+the device template uses (`src/tl_templates/cuda/gemm_mma.h`); a fragment A is replicated over the
+warps that share its rows, a fragment B over the warps that share its columns.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from tilelang.dtypes import bits as dtype_bits
+from tilelang.errors import at_span
+from tilelang.layout import fragment as fl
+from tilelang.layout import layout as sl
+from tilelang.op.gemm.policy import warp_partition
+from tilelang.utils.ir import i32 as _c
+
+
+def layouts(g, inst, num_threads: int, span=None) -> dict:
+    """{buffer: Fragment} for C and the fragment operands, for mma.sync instruction `inst`."""
+    wm, wn = warp_partition(g.M, g.N, num_threads // 32, g.policy, span)
+    WM, WN = g.M // wm, g.N // wn
+    NI, KT = WN // 8, g.K // inst.k
+    out = {}
+    i, j = fl.placeholder_vars(2)
+    rr, cc = tirx.floormod(i, _c(16)), tirx.floormod(j, _c(8))
+    lane = tirx.floormod(rr, _c(8)) * _c(4) + tirx.floordiv(cc, _c(2))
+    c_thread = (tirx.floordiv(j, _c(WN)) * _c(wm) + tirx.floordiv(i, _c(WM))) * _c(32) + lane
+    c_index = (
+        (tirx.floordiv(tirx.floormod(i, _c(WM)), _c(16)) * _c(NI) + tirx.floordiv(tirx.floormod(j, _c(WN)), _c(8)))
+        * _c(4)
+        + tirx.floordiv(rr, _c(8)) * _c(2)
+        + tirx.floormod(cc, _c(2))
+    )
+    # vector_size 2: each thread holds pairs of adjacent columns in adjacent registers.
+    out[g.c.buffer] = fl.Fragment((g.M, g.N), [i, j], c_thread, c_index, num_threads, vector_size=2)
+    shape = _WarpTiles(wm, wn, WM, WN, KT, inst.k, num_threads)
+    if g.a.buffer.scope() == "local.fragment":
+        if g.trans_a:
+            raise at_span("T.gemm: an A operand in registers cannot be transposed", span)
+        out[g.a.buffer] = _fragment_a(g, shape)
+    if g.b.buffer.scope() == "local.fragment":
+        if g.trans_b:
+            raise at_span("T.gemm: a B operand in registers cannot be transposed", span)
+        out[g.b.buffer] = _fragment_b(g, shape)
+    return out
+
+
+class _WarpTiles:
+    """The warp tiling of one gemm: WarpM x WarpN warps, each WM x WN of C, KT atoms of k along K."""
+
+    def __init__(self, wm, wn, WM, WN, KT, k, num_threads):
+        self.wm, self.wn, self.WM, self.WN, self.KT, self.k, self.num_threads = wm, wn, WM, WN, KT, k, num_threads
+
+
+def _k_position(k, atom_k: int, pack: int):
+    """Where operand column k sits in an mma fragment: (lane % 4, register block, element in register).
+
+    A register packs `pack` consecutive k; lanes t = 0..3 take consecutive registers' worth, and an
+    atom's K holds one or two such blocks (PTX ISA, "Matrix Fragments for mma.m16n8k*")."""
+    kk = tirx.floormod(k, _c(atom_k))
+    lane_col = tirx.floordiv(tirx.floormod(kk, _c(4 * pack)), _c(pack))
+    return lane_col, tirx.floordiv(kk, _c(4 * pack)), tirx.floormod(k, _c(pack))
+
+
+def _fragment_a(g, w: _WarpTiles) -> fl.Fragment:
+    """A (M, K) in registers: held by the warps of its rows, replicated over the warps along N."""
+    pack = 32 // dtype_bits(str(g.a.buffer.dtype))
+    m, k = fl.placeholder_vars(2, "a")
+    t, block, elem = _k_position(k, w.k, pack)
+    reg = block * _c(2) + tirx.floordiv(tirx.floormod(m, _c(16)), _c(8))
+    base_thread = tirx.floordiv(m, _c(w.WM)) * _c(32) + tirx.floormod(m, _c(8)) * _c(4) + t
+    atom = tirx.floordiv(tirx.floormod(m, _c(w.WM)), _c(16)) * _c(w.KT) + tirx.floordiv(k, _c(w.k))
+    index = (atom * _c(4) + reg) * _c(pack) + elem
+    groups = [(32 * w.wm, w.wn)] if w.wn > 1 else []
+    return fl.Fragment((g.M, g.K), [m, k], base_thread, index, w.num_threads, groups)
+
+
+def _fragment_b(g, w: _WarpTiles) -> fl.Fragment:
+    """B (K, N) in registers: held by the warps of its columns, replicated over the warps along M."""
+    pack = 32 // dtype_bits(str(g.b.buffer.dtype))
+    k, n = fl.placeholder_vars(2, "b")
+    t, block, elem = _k_position(k, w.k, pack)
+    base_thread = tirx.floordiv(n, _c(w.WN)) * _c(w.wm * 32) + tirx.floormod(n, _c(8)) * _c(4) + t
+    atom = tirx.floordiv(tirx.floormod(n, _c(w.WN)), _c(8)) * _c(w.KT) + tirx.floordiv(k, _c(w.k))
+    index = (atom * _c(2) + block) * _c(pack) + elem
+    groups = [(32, w.wm)] if w.wm > 1 else []
+    return fl.Fragment((g.K, g.N), [k, n], base_thread, index, w.num_threads, groups)
+
+
+def swizzle_bits(region) -> int:
+    """Bits of the 16-byte-chunk swizzle the template reads a shared operand with (0: row-major).
+
+    16-bit operands are read with ldmatrix, 8 rows of one 16-byte chunk column at a time; XOR-ing
+    the chunk index with the row bits spreads those rows over all banks (CuTe's Swizzle<B, 3, 3>).
+    """
+    buf = region.buffer
+    if buf.scope() == "local.fragment" or dtype_bits(str(buf.dtype)) != 16:
+        return 0
+    row = int(buf.shape[-1])
+    total = 1
+    for n in buf.shape:
+        total *= int(n)
+    if row % 8:
+        return 0
+    bits = min(3, max(0, (row // 8).bit_length() - 1))
+    while bits and total % (64 << bits):
+        bits -= 1
+    return bits
+
+
+def shared_layouts(g) -> dict:
+    """{shared operand buffer: Layout} that the template reads them with."""
+    out = {}
+    for region in (g.a, g.b):
+        bits = swizzle_bits(region)
+        if bits:
+            out[region.buffer] = sl.swizzle(tuple(int(n) for n in region.buffer.shape), 16, bits)
+    return out
+
+
+def call(g, ctx, args, clear, span=None) -> tirx.Stmt:
+    """`tl::gemm_<kind><M, N, K, WarpM, WarpN, ...>(A, B, C)` over the block's (or branch's) warps."""
+    offset = ctx.thread_offset  # the first thread of the `if tx >= n` branch it is in
+    if offset % ctx.num_threads:  # the template's warp index is threadIdx.x / 32 modulo its warps
+        raise at_span(
+            f"T.gemm: the thread branch it is in spans threads [{offset}, {offset + ctx.num_threads}); "
+            f"with mma.sync it must start at a multiple of its {ctx.num_threads} threads",
+            span,
+        )
+    wm, wn = warp_partition(g.M, g.N, ctx.num_threads // 32, g.policy, span)
+    lda, ldb = int(g.a.buffer.shape[-1]), int(g.b.buffer.shape[-1])
+
+    def flag(x):
+        return "true" if x else "false"
+
+    name = (
+        f"tl::gemm_{g.kind}<{g.M}, {g.N}, {g.K}, {wm}, {wn}, {flag(g.trans_a)}, {flag(g.trans_b)}, "
+        f"{flag(g.clear is True)}, {lda}, {ldb}, {swizzle_bits(g.a)}, {swizzle_bits(g.b)}>"
+    )
+    return tirx.Evaluate(tirx.call_extern("void", name, *args, *clear))
