@@ -11,6 +11,8 @@ Each can be overridden by an environment variable:
 and these switches, read here and nowhere else:
   TILELANG_DISABLE_CACHE=1              no disk cache of compiled kernels
   TILELANG_DUMP_IR=<folder>             the IR after every pass (also pass config `tl.dump_ir`)
+  TILELANG_CHECK_BARRIER_PROTOCOL=1     lower() checks every mbarrier kernel's barrier protocol
+                                        (also pass config `tl.check_barrier_protocol`)
   TILELANG_LOG_LEVEL=INFO|DEBUG         the `tilelang` logger's level
   TILELANG_DEFAULT_TARGET=<target>      what target "auto" means (default: the current GPU)
   TILELANG_AUTO_TUNING_DISABLE_CACHE=1  autotuning results are not kept on disk
@@ -109,6 +111,10 @@ def cache_disabled() -> bool:
 
 def dump_ir_dir() -> str | None:
     return os.environ.get("TILELANG_DUMP_IR") or None
+
+
+def check_barrier_protocol() -> bool:
+    return _flag("TILELANG_CHECK_BARRIER_PROTOCOL")
 
 
 def log_level() -> str | None:

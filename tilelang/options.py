@@ -30,6 +30,7 @@ class PassConfigKey(str, enum.Enum):
     TL_DISABLE_FRAGMENT_STORE_STAGING = "tl.disable_fragment_store_staging"  # fragment -> global stores direct
     TL_ENABLE_TMA_MULTICAST = "tl.enable_tma_multicast"  # 2-block clusters sharing tile loads (sm_90a)
     TL_DUMP_IR = "tl.dump_ir"  # a folder: the IR after every pass, numbered in pipeline order
+    TL_CHECK_BARRIER_PROTOCOL = "tl.check_barrier_protocol"  # run tilelang.analysis.barrier_protocol (debug)
     TIR_DISABLE_VECTORIZE = "tirx.disable_vectorize"  # TVM's VectorizeLoop leaves vector loops serial
 
     def __str__(self) -> str:
@@ -52,6 +53,7 @@ class CompileOptions:
     enable_tma_multicast: bool = False
     disable_vectorize: bool = False
     dump_ir: str | None = None  # folder for the IR after every pass (also TILELANG_DUMP_IR)
+    check_barrier_protocol: bool = False  # lower() interprets mbarrier kernels (also TILELANG_CHECK_BARRIER_PROTOCOL)
 
     @classmethod
     def from_pass_configs(cls, pass_configs: dict | None) -> CompileOptions:
@@ -59,7 +61,7 @@ class CompileOptions:
 
         Raises: UserError for a key that is not known, or a value of the wrong type.
         """
-        values = {"dump_ir": env.dump_ir_dir()}
+        values = {"dump_ir": env.dump_ir_dir(), "check_barrier_protocol": env.check_barrier_protocol()}
         for key, value in (pass_configs or {}).items():
             name = str(key)
             field = _FIELDS.get(name)
@@ -90,6 +92,7 @@ _FIELDS = {
     str(PassConfigKey.TL_DISABLE_FRAGMENT_STORE_STAGING): "disable_fragment_store_staging",
     str(PassConfigKey.TL_ENABLE_TMA_MULTICAST): "enable_tma_multicast",
     str(PassConfigKey.TL_DUMP_IR): "dump_ir",
+    str(PassConfigKey.TL_CHECK_BARRIER_PROTOCOL): "check_barrier_protocol",
     str(PassConfigKey.TIR_DISABLE_VECTORIZE): "disable_vectorize",
 }
 

@@ -192,6 +192,11 @@ def _lower(func: tirx.PrimFunc, target, options: CompileOptions, name: str) -> L
         host_mod = tvm.s_tir.pipeline.finalize_host_passes()(host_mod)
         ((_, device_mod),) = device_mods.items()
         device_mod = tvm.s_tir.pipeline.finalize_device_passes()(device_mod)
+    if options.check_barrier_protocol:
+        # Debug only: every mbarrier kernel run on the CPU, warp by warp (tilelang/analysis).
+        from tilelang.analysis import check_barrier_protocol
+
+        check_barrier_protocol(device_mod)
     return Lowered(host_mod, device_mod, target)
 
 
