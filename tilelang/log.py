@@ -45,3 +45,14 @@ def report(name: str, times: dict) -> None:
         wall = times.get("wall", sum(v for k, v in times.items() if k != "wall"))
         phases = ", ".join(f"{k} {v:.2f}" for k, v in times.items() if k != "wall")
         logger.info("compiled %s in %.2f s: %s (seconds)", name, wall, phases)
+
+
+_HINTS_LOGGED: set = set()
+
+
+def hint_once(key: str, message: str) -> None:
+    """Log `message` at INFO the first time `key` is seen in this process: for arguments that only
+    tune (a cache hint, an instruction preference) that tilelang accepts but decides itself."""
+    if key not in _HINTS_LOGGED:
+        _HINTS_LOGGED.add(key)
+        logger.info(message)

@@ -2,7 +2,8 @@
 
 Kernels are Python functions decorated with `@T.prim_func`, traced by TVM's TVMScript parser into TIR
 with calls to tile ops (`tl.copy`, `tl.fill`, ...). The names here match the public TileLang API so
-its kernels run unchanged.
+its kernels run unchanged. The tile ops' functions come from `tilelang.op` (every op module's
+`__all__`); the rest (memory, loops, kernels, scalar math) is defined in this package.
 """
 
 # Scalar math and expression helpers, as TVM's script namespace provides them.
@@ -49,6 +50,7 @@ from tvm.script.tirx import (  # noqa: F401
     truncmod,
 )
 
+from tilelang import op as _op
 from tilelang.dtypes import (  # noqa: F401
     bfloat16,
     boolean,
@@ -97,11 +99,9 @@ from tilelang.language.loops import Parallel, Pipelined, Serial, Unroll, Vectori
 from tilelang.language.math import Cast, cast, infinity, max_value, min_value  # noqa: F401
 from tilelang.language.prim_func import prim_func  # noqa: F401
 from tilelang.language.symbolics import dynamic, symbolic  # noqa: F401
-from tilelang.op.atomic import atomic_add  # noqa: F401
-from tilelang.op.copy import copy  # noqa: F401
-from tilelang.op.cumsum import cumsum  # noqa: F401
-from tilelang.op.fill import clear, fill  # noqa: F401
-from tilelang.op.gemm import GemmWarpPolicy, gemm, wait_wgmma  # noqa: F401
-from tilelang.op.reduce import reduce, reduce_absmax, reduce_abssum, reduce_max, reduce_min, reduce_sum  # noqa: F401
+
+# The tile ops' user functions (T.copy, T.gemm, T.reduce_max, ...): each op module under tilelang/op/
+# lists its own in `__all__`, so a new op needs no line here.
+globals().update(_op.user_functions())
 
 bool = boolean  # noqa: A001  (T.bool, as TileLang spells it)

@@ -12,10 +12,22 @@ from __future__ import annotations
 from tvm.script.ir_builder import tirx as _tb
 
 from tilelang.errors import UserError
+from tilelang.log import hint_once
 
 # Loop variables of T.Parallel nests traced so far by the current prim_func parse, with their
 # annotations: {var handle: annotations dict}. Reset by prim_func for each kernel.
 parallel_loop_vars: dict = {}
+
+
+# T.Parallel's annotation names and the keyword each stands for (the public TileLang's names);
+# `parallel_async_without_async_commit_wait` only qualifies prefer_async, which is a hint here.
+_PARALLEL_ANNOTATIONS = {
+    "coalesced_width": "coalesced_width",
+    "parallel_loop_layout": "loop_layout",
+    "loop_layout": "loop_layout",
+    "parallel_prefer_async": "prefer_async",
+    "parallel_async_without_async_commit_wait": None,
+}
 
 
 def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None, annotations=None):
@@ -25,6 +37,10 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None
         *extents: the extent of each loop, outermost first.
         coalesced_width: the vector width to use for this loop's accesses (elements), if given.
         loop_layout: a `Fragment` fixing which thread runs which iteration (strict level).
+        prefer_async: a hint to copy global to shared memory with cp.async outside pipelined
+            loops; accepted, and the compiler decides (logged once at INFO).
+        annotations: a dict of the above by their loop-annotation names (`coalesced_width`,
+            `parallel_loop_layout`, `parallel_prefer_async`, ...); another key is a UserError.
 
     Example:
         for i, j in T.Parallel(128, 64):
@@ -33,7 +49,18 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None
     if not extents:
         raise UserError("T.Parallel needs at least one extent")
     frame = _tb.grid(*extents)
-    ann = dict(annotations or {})
+    given = {"coalesced_width": coalesced_width, "loop_layout": loop_layout, "prefer_async": prefer_async}
+    for key, value in (annotations or {}).items():
+        if key not in _PARALLEL_ANNOTATIONS:
+            raise UserError(f"T.Parallel: unknown annotation '{key}'; it takes {sorted(_PARALLEL_ANNOTATIONS)}")
+        if _PARALLEL_ANNOTATIONS[key]:
+            given[_PARALLEL_ANNOTATIONS[key]] = value
+    coalesced_width, loop_layout, prefer_async = given["coalesced_width"], given["loop_layout"], given["prefer_async"]
+    ann = {}
+    if prefer_async:
+        hint_once(
+            "parallel.prefer_async", "T.Parallel(prefer_async=True): a hint; tilelang decides where cp.async goes"
+        )
     if coalesced_width is not None:
         ann["coalesced_width"] = int(coalesced_width)
     if loop_layout is not None:
@@ -45,7 +72,7 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None
     return frame
 
 
-def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None, annotations=None):
+def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None):
     """A serial loop whose global-to-shared copies are software-pipelined `num_stages` deep.
 
     Args:
@@ -57,6 +84,9 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
             iteration behind those in stage 0 (on Hopper with a producer warpgroup; elsewhere the
             body keeps the program's order).
         group: lists of statement indices that share one `order` and `stage` entry.
+        sync: the public TileLang's barrier placement for manual schedules (lists of statement
+            indices); accepted and checked, while tilelang places the barriers from the loop's
+            dependences (logged once at INFO).
 
     Example:
         for k in T.Pipelined(T.ceildiv(K, 32), num_stages=3):
@@ -65,8 +95,11 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
     """
     if stop is None:
         start, stop = 0, start
-    ann = dict(annotations or {})
-    ann["num_stages"] = int(num_stages)
+    ann = {"num_stages": int(num_stages)}
+    if sync:
+        if not all(isinstance(g, (list, tuple)) and all(isinstance(x, int) for x in g) for g in sync):
+            raise UserError(f"T.Pipelined: `sync` must be lists of statement indices, got {sync!r}")
+        hint_once("pipelined.sync", "T.Pipelined(sync=...): tilelang places the pipeline's barriers itself")
     if (order is None) != (stage is None):
         raise UserError("T.Pipelined: `order` and `stage` must be given together")
     if order is not None and len(order) != len(stage):

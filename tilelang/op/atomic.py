@@ -17,6 +17,7 @@ from tilelang.op.loops import build_parallel_nest
 from tilelang.utils.ir import is_one, is_zero
 
 NAME = "atomic_add"
+__all__ = ["atomic_add"]
 ELEMENT = "tl::atomic_add"
 
 
@@ -64,16 +65,30 @@ def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False):
     return base.make_call(NAME, [src_region.to_ir(), dst_region.to_ir()])
 
 
-def lower(call, span=None) -> tirx.Stmt:
-    """The tile form as a parallel loop of element atomics."""
-    s = base.Region.from_ir(call.args[0])
-    d = base.Region.from_ir(call.args[1])
-    src_dims = [k for k, e in enumerate(s.extents) if not is_one(e)]
+@base.register
+class AtomicAdd(base.TileOp):
+    """A parsed tile `tl.atomic_add(value region, destination region)`."""
 
-    def body(dst_idx, loop_vars):
-        src_idx = list(s.starts)
-        for ks, v in zip(src_dims, loop_vars):
-            src_idx[ks] = v if is_zero(s.starts[ks]) else s.starts[ks] + v
-        return element_atomic_add(tirx.BufferLoad(d.buffer, dst_idx), tirx.BufferLoad(s.buffer, src_idx))
+    name = NAME
+    expands = True
 
-    return build_parallel_nest(d, body, span=span)
+    def __init__(self, call, span=None):
+        super().__init__(call, span)
+        self.src = base.Region.from_ir(call.args[0])
+        self.dst = base.Region.from_ir(call.args[1])
+
+    def describe(self) -> str:
+        return f"T.atomic_add({self.dst.name}, {self.src.name})"
+
+    def expand(self, analyzer=None) -> tirx.Stmt:
+        """The tile form as a parallel loop of element atomics."""
+        s, d = self.src, self.dst
+        src_dims = [k for k, e in enumerate(s.extents) if not is_one(e)]
+
+        def body(dst_idx, loop_vars):
+            src_idx = list(s.starts)
+            for ks, v in zip(src_dims, loop_vars):
+                src_idx[ks] = v if is_zero(s.starts[ks]) else s.starts[ks] + v
+            return element_atomic_add(tirx.BufferLoad(d.buffer, dst_idx), tirx.BufferLoad(s.buffer, src_idx))
+
+        return build_parallel_nest(d, body, span=self.span)

@@ -1,13 +1,24 @@
-"""What every tile op shares: its registration as a TVM Op, and buffer regions as arguments.
+"""What every tile op shares: the `TileOp` protocol, the registry the passes iterate, and buffer
+regions as arguments.
 
-A tile op is a call `tl.<name>(region, ..., attr, ...)` in the IR. Each op module (`op/copy.py`,
-`op/fill.py`, ...) defines the user function (`T.copy`), its checks at trace time, and its
-lowering. Regions are the canonical form of buffer arguments: buffer + start + extent per dim.
+A tile op is a call `tl.<name>(region, ..., attr, ...)` in the IR. Each op is one module under
+`tilelang/op/` holding:
+  * the user function(s) (`T.copy`), which check their arguments while the kernel is traced and
+    build the call; the module's `__all__` lists them, and `tilelang.language` exports them as T.*;
+  * a `TileOp` subclass registered with `@register`, which parses the call back and carries the
+    op's rules for the passes: its layout rule per inference level and its lowering.
+
+The passes never name ops: `infer_layout`, `expand_elementwise_ops` and `lower_tile_ops` ask
+`parse(stmt)` for the op of a statement and call its hooks. Adding an op is adding one module
+(it is found by `tilelang.op`'s import of every module in the package) and its test.
+
+Regions are the canonical form of buffer arguments: buffer + start + extent per dimension.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import tvm
 from tvm import ir, sym, tirx
@@ -16,6 +27,7 @@ from tilelang.errors import UserError
 from tilelang.utils.ir import const_int
 
 _REGISTERED: set[str] = set()
+_OPS: dict[str, type] = {}  # "tl.<name>" -> its TileOp subclass
 
 
 def op_name(name: str) -> str:
@@ -43,6 +55,82 @@ def is_tile_op(call, name: str | None = None) -> bool:
     if not isinstance(call, ir.Call) or not isinstance(call.op, ir.Op):
         return False
     return call.op.name == op_name(name) if name else call.op.name in _REGISTERED
+
+
+class TileOp:
+    """A parsed tile-op call, and the op's rules for the passes.
+
+    A subclass sets `name` (the IR op is `tl.<name>`) and overrides what applies to it:
+
+      __init__(call, span)      parse the call's arguments (checked when the kernel was traced)
+      fragments()               the fragment buffers it reads or writes
+      strict_layouts(...)       layouts it imposes (an instruction's registers, operand swizzles)
+      common_layouts(known)     layouts it derives from its operands' known ones (a reduction)
+      expand(analyzer)          element-wise ops: a T.Parallel loop nest, before layout inference
+      lower(ctx)                its per-thread code, once layouts are known (`lower_tile_ops`)
+
+    An op whose `expands` is True is replaced by `expand` before layout inference and never reaches
+    `lower`; any other op reaches `lower` with the layouts of its fragments in `ctx`.
+    """
+
+    name: ClassVar[str]
+    expands: ClassVar[bool] = False
+
+    def __init__(self, call: ir.Call, span=None):
+        self.call, self.span = call, span
+
+    def describe(self) -> str:
+        """How errors name this use of the op."""
+        return f"T.{self.name}"
+
+    # ---- layout inference (transform/infer_layout.py) ----
+
+    def fragments(self) -> list:
+        """The fragments this op touches; ops sharing fragments are inferred together."""
+        return []
+
+    def strict_layouts(self, target, num_threads: int, options) -> tuple[dict, dict]:
+        """({fragment: Fragment}, {shared tile: Layout}) this op fixes at the strict level."""
+        return {}, {}
+
+    def infers_layouts(self) -> bool:
+        """Whether `common_layouts` must run for this op before lowering (its output has no
+        layout otherwise)."""
+        return False
+
+    def common_layouts(self, known: dict) -> dict | None:
+        """The layouts this op gives its fragments from `known` ({fragment: Fragment}), or None
+        while the layouts it starts from are not known yet."""
+        return None
+
+    # ---- lowering ----
+
+    def expand(self, analyzer) -> tirx.Stmt:
+        """The op as a `T.Parallel` loop nest (ops with `expands`)."""
+        raise NotImplementedError(f"T.{self.name} does not expand to loops")
+
+    def lower(self, ctx) -> tirx.Stmt:
+        """The op's per-thread code (`ctx` is a `transform.lower_tile_ops.LowerContext`)."""
+        raise NotImplementedError(f"T.{self.name} has no lowering")
+
+
+def register(cls: type) -> type:
+    """Class decorator: `cls` (a TileOp subclass) becomes the op of calls to `tl.<cls.name>`."""
+    full = register_op(cls.name)
+    if full in _OPS and _OPS[full] is not cls:
+        raise RuntimeError(f"tile op {full} is registered twice: {_OPS[full].__module__} and {cls.__module__}")
+    _OPS[full] = cls
+    return cls
+
+
+def parse(node, span=None) -> TileOp | None:
+    """The TileOp of a statement (`Evaluate` of a tile-op call) or call, or None for anything else."""
+    if isinstance(node, tirx.Evaluate):
+        node, span = node.value, node.span if span is None else span
+    if not isinstance(node, ir.Call) or not isinstance(node.op, ir.Op):
+        return None
+    cls = _OPS.get(node.op.name)
+    return cls(node, span) if cls is not None else None
 
 
 def is_buffer(x) -> bool:

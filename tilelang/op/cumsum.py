@@ -14,6 +14,7 @@ from tilelang.op.loops import over_threads
 from tilelang.utils.ir import seq
 
 NAME = "cumsum"
+__all__ = ["cumsum"]
 
 
 def cumsum(src, dst=None, dim: int = 0, reverse: bool = False):
@@ -40,10 +41,26 @@ def cumsum(src, dst=None, dim: int = 0, reverse: bool = False):
     )
 
 
-def lower(call, ctx, span=None) -> tirx.Stmt:
-    src = base.Region.from_ir(call.args[0]).buffer
-    dst = base.Region.from_ir(call.args[1]).buffer
-    dim, reverse = int(call.args[2].value), bool(int(call.args[3].value))
+@base.register
+class Cumsum(base.TileOp):
+    """A parsed `tl.cumsum(src, dst, dim, reverse)` (shared tiles only: no fragments to lay out)."""
+
+    name = NAME
+
+    def __init__(self, call, span=None):
+        super().__init__(call, span)
+        self.src = base.Region.from_ir(call.args[0]).buffer
+        self.dst = base.Region.from_ir(call.args[1]).buffer
+        self.dim, self.reverse = int(call.args[2].value), bool(int(call.args[3].value))
+
+    def describe(self) -> str:
+        return f"T.cumsum({self.src.name})"
+
+    def lower(self, ctx) -> tirx.Stmt:
+        return _lower(self.src, self.dst, self.dim, self.reverse, ctx)
+
+
+def _lower(src, dst, dim, reverse, ctx) -> tirx.Stmt:
     shape = [int(x) for x in src.shape]
     length = shape[dim]
     dtype = str(dst.dtype)

@@ -13,6 +13,7 @@ from tilelang.op import base
 from tilelang.op.loops import build_parallel_nest
 
 NAME = "fill"
+__all__ = ["fill", "clear"]
 
 
 def fill(buffer, value):
@@ -39,12 +40,25 @@ def clear(buffer):
     return fill(buffer, 0)
 
 
-def lower(call, span=None) -> tirx.Stmt:
-    """The fill as a parallel loop nest over the region."""
-    region = base.Region.from_ir(call.args[0])
-    value = call.args[1]
+@base.register
+class Fill(base.TileOp):
+    """A parsed `tl.fill(region, value)`."""
 
-    def body(idx, _loop_vars):
-        return tirx.BufferStore(region.buffer, value, idx)
+    name = NAME
+    expands = True
 
-    return build_parallel_nest(region, body, span=span)
+    def __init__(self, call, span=None):
+        super().__init__(call, span)
+        self.region = base.Region.from_ir(call.args[0])
+        self.value = call.args[1]
+
+    def describe(self) -> str:
+        return f"T.fill({self.region.name})"
+
+    def expand(self, analyzer=None) -> tirx.Stmt:
+        """The fill as a parallel loop nest over the region."""
+
+        def body(idx, _loop_vars):
+            return tirx.BufferStore(self.region.buffer, self.value, idx)
+
+        return build_parallel_nest(self.region, body, span=self.span)

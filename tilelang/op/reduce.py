@@ -24,6 +24,7 @@ from tilelang.utils.ir import i32 as _c
 from tilelang.utils.ir import seq
 
 NAME = "reduce"
+__all__ = ["reduce", "reduce_max", "reduce_min", "reduce_sum", "reduce_abssum", "reduce_absmax"]
 KINDS = ("max", "min", "sum", "abssum", "absmax")
 
 
@@ -108,10 +109,14 @@ def reduce_absmax(buffer, out, dim: int = -1, clear: bool = True):
     return reduce(buffer, out, "absmax", dim, clear)
 
 
-class Reduction:
-    """A parsed `tl.reduce` call."""
+@base.register
+class Reduce(base.TileOp):
+    """A parsed `tl.reduce(src, dst, kind, dim, clear)`."""
 
-    def __init__(self, call):
+    name = NAME
+
+    def __init__(self, call, span=None):
+        super().__init__(call, span)
         self.src = base.Region.from_ir(call.args[0]).buffer
         self.dst = base.Region.from_ir(call.args[1]).buffer
         self.kind = str(call.args[2].value)
@@ -121,6 +126,31 @@ class Reduction:
     @property
     def on_fragments(self) -> bool:
         return self.src.scope() == "local.fragment" and self.dst.scope() == "local.fragment"
+
+    def describe(self) -> str:
+        return f"T.reduce_{self.kind}({self.src.name}, {self.dst.name})"
+
+    def fragments(self) -> list:
+        return [self.src, self.dst] if self.on_fragments else []
+
+    def infers_layouts(self) -> bool:
+        return self.on_fragments
+
+    def common_layouts(self, known: dict) -> dict | None:
+        """The destination holds each row's result where the row's threads are (common level)."""
+        if self.src not in known:
+            return None
+        return {self.dst: infer_dst_layout(known[self.src], self.dim, self.span)}
+
+    def lower(self, ctx) -> tirx.Stmt:
+        if self.on_fragments:
+            return _lower_fragment(self, ctx)
+        if self.src.scope() == "local.fragment" or self.dst.scope() == "local.fragment":
+            raise UserError(
+                f"T.reduce_{self.kind}: source '{self.src.name}' and destination '{self.dst.name}' must "
+                f"both be fragments or both be shared tiles"
+            )
+        return _lower_shared(self, ctx)
 
 
 # ---- layout rule ---------------------------------------------------------------------------------
@@ -141,19 +171,7 @@ def infer_dst_layout(src_layout: fl.Fragment, dim: int, span) -> fl.Fragment:
 # ---- lowering ------------------------------------------------------------------------------------
 
 
-def lower(call, ctx, span=None) -> tirx.Stmt:
-    red = Reduction(call)
-    if red.on_fragments:
-        return _lower_fragment(red, ctx)
-    if red.src.scope() == "local.fragment" or red.dst.scope() == "local.fragment":
-        raise UserError(
-            f"T.reduce_{red.kind}: source '{red.src.name}' and destination '{red.dst.name}' must "
-            f"both be fragments or both be shared tiles"
-        )
-    return _lower_shared(red, ctx)
-
-
-def _lower_fragment(red: Reduction, ctx) -> tirx.Stmt:
+def _lower_fragment(red: Reduce, ctx) -> tirx.Stmt:
     ana = ctx.analyzer
     src_l, dst_l = ctx.fragment_layout(red.src), ctx.fragment_layout(red.dst)
     src_local, dst_local = ctx.local_of(red.src), ctx.local_of(red.dst)
@@ -248,7 +266,7 @@ def _combine_group(red, ctx, acc, slots, stride, count) -> tirx.Stmt:
     )
 
 
-def _lower_shared(red: Reduction, ctx) -> tirx.Stmt:
+def _lower_shared(red: Reduce, ctx) -> tirx.Stmt:
     """Shared tiles: output elements spread over the threads, each folding its row serially into a
     register; the writes are a separate guarded statement, so the barrier between every thread's
     reads and the writes sits between the two."""

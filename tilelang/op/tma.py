@@ -201,9 +201,27 @@ def _tensor_map(ctx, buffer, box, swizzle) -> tirx.Var:
     return var
 
 
-def lower(call, ctx, span=None) -> tirx.Stmt:
-    src, dst = base.Region.from_ir(call.args[0]), base.Region.from_ir(call.args[1])
-    barrier = call.args[2]
+@base.register
+class TmaCopy(base.TileOp):
+    """A parsed `tl.tma_copy(src, dst, barrier[, multicast, one_thread])`."""
+
+    name = NAME
+
+    def __init__(self, call, span=None):
+        super().__init__(call, span)
+        self.src, self.dst = base.Region.from_ir(call.args[0]), base.Region.from_ir(call.args[1])
+        self.barrier = call.args[2]
+        self.multicast = len(call.args) > 3 and const_int(call.args[3]) == 1
+        self.one_thread = len(call.args) > 4 and const_int(call.args[4]) == 1
+
+    def describe(self) -> str:
+        return f"T.tma_copy({self.src.name}, {self.dst.name})"
+
+    def lower(self, ctx) -> tirx.Stmt:
+        return _lower(self.src, self.dst, self.barrier, self.multicast, self.one_thread, ctx)
+
+
+def _lower(src, dst, barrier, multicast, one_thread, ctx) -> tirx.Stmt:
     tile = tile_of(src, dst)
     if isinstance(tile, str):
         raise CompilerError(f"tl.tma_copy of {src.describe()}: {tile} (the pipeline planner should have kept it)")
@@ -224,8 +242,6 @@ def lower(call, ctx, span=None) -> tirx.Stmt:
     # Each block receives the whole tile, multicast or not: its barrier expects all the bytes.
     stmts = [extern("tl::mbarrier_arrive_expect_tx", barrier, tirx.const(tile.tile_bytes, "uint32"))]
     boxes = tile.cols // width
-    multicast = len(call.args) > 3 and const_int(call.args[3]) == 1
-    one_thread = len(call.args) > 4 and const_int(call.args[4]) == 1
     if multicast:  # this block's half of the boxes, into both blocks of the cluster
         first = tirx.call_extern("int32", "tl::cluster_rank") * tirx.const(boxes // 2, "int32")
         panels = [first + q if q else first for q in range(boxes // 2)]

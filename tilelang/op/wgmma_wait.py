@@ -32,9 +32,23 @@ def fragments_of(call) -> list:
     return [base.Region.from_ir(r).buffer for r in call.args[1:]]
 
 
-def lower(call, ctx, span=None) -> tirx.Stmt:
-    out = [extern(f"tl::wgmma_wait<{pending_of(call)}>")]
-    for region in call.args[1:]:
-        ptr = gemm.pointer(base.Region.from_ir(region), ctx, 3)  # the fragment's register array
-        out.append(extern(f"tl::fence_registers<{int(ctx.local_of(region.source).shape[0])}>", ptr))
-    return seq(out)
+@base.register
+class WgmmaWait(base.TileOp):
+    """A parsed `tl.wgmma_wait(pending, fragment regions...)`."""
+
+    name = NAME
+
+    def __init__(self, call, span=None):
+        super().__init__(call, span)
+        self.pending = pending_of(call)
+        self.regions = [base.Region.from_ir(r) for r in call.args[1:]]
+
+    def describe(self) -> str:
+        return f"wait for wgmma ({self.pending} pending)"
+
+    def lower(self, ctx) -> tirx.Stmt:
+        out = [extern(f"tl::wgmma_wait<{self.pending}>")]
+        for region in self.regions:
+            ptr = gemm.pointer(region, ctx, 3)  # the fragment's register array
+            out.append(extern(f"tl::fence_registers<{int(ctx.local_of(region.buffer).shape[0])}>", ptr))
+        return seq(out)

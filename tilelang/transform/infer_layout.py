@@ -34,8 +34,6 @@ from tilelang.layout import layout as sl
 from tilelang.layout.evaluate import NotEvaluable
 from tilelang.layout.layout import shared_layout_from_ir, shared_layout_to_ir
 from tilelang.op import base, parallel
-from tilelang.op import gemm as gemm_op
-from tilelang.op import reduce as reduce_op
 from tilelang.op.loops import is_parallel
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform.common import Scope, collect, mutate_with_scope, walk
@@ -47,40 +45,26 @@ SHARED_LAYOUTS = "tl.shared_layouts"
 ANNOTATED_LAYOUTS = "tl.annotated_layouts"  # set by T.annotate_layout (language/annotations.py)
 
 
-class GemmNode:
-    """A `tl.gemm` call: its C (and fragment operands) have instruction-imposed layouts."""
+class OpNode:
+    """A tile op (`op/base.py` TileOp) as seen by layout inference: the op and its scope's threads.
 
-    kind = "gemm"
+    The op's own hooks give its layouts: `strict_layouts` (an instruction's registers) and
+    `common_layouts` (from its operands' layouts, e.g. a reduction's destination)."""
 
-    def __init__(self, call, span, threads):
-        self.call, self.span = call, span
-        self.gemm = gemm_op.Gemm(call)
+    def __init__(self, op, threads):
+        self.op, self.span = op, op.span
         self.num_threads = threads[1]
 
     @property
     def fragments(self):
-        return self.gemm.fragments()
+        return self.op.fragments()
 
     def describe(self) -> str:
-        return f"T.gemm({self.gemm.a.name}, {self.gemm.b.name}, {self.gemm.c.name})"
+        return self.op.describe()
 
 
-class ReduceNode:
-    """A `tl.reduce` call, as seen by layout inference."""
-
-    kind = "reduce"
-
-    def __init__(self, call, span, threads):
-        self.call, self.span = call, span
-        self.red = reduce_op.Reduction(call)
-        self.num_threads = threads[1]
-
-    @property
-    def fragments(self):
-        return [self.red.src, self.red.dst] if self.red.on_fragments else []
-
-    def describe(self) -> str:
-        return f"T.reduce_{self.red.kind}({self.red.src.name}, {self.red.dst.name})"
+def _is_loop(node) -> bool:
+    return isinstance(node, parallel.LoopNode)
 
 
 # ---- collection ----------------------------------------------------------------------------------
@@ -102,10 +86,9 @@ def _collect(func):
         return recurse(loop)
 
     def on_eval(stmt, recurse):
-        if base.is_tile_op(stmt.value, reduce_op.NAME):
-            nodes.append(ReduceNode(stmt.value, stmt.span, scope.thread_var()))
-        elif base.is_tile_op(stmt.value, gemm_op.NAME):
-            nodes.append(GemmNode(stmt.value, stmt.span, scope.thread_var()))
+        op = base.parse(stmt)
+        if op is not None:
+            nodes.append(OpNode(op, scope.thread_var()))
         return stmt
 
     mutate_with_scope(func.body, scope, {tirx.For: on_for, tirx.Evaluate: on_eval})
@@ -132,22 +115,20 @@ class _State:
         self.fragments = {}  # buffer -> Fragment
         self.sources = {}  # buffer -> span of the use that fixed its layout
         self.loops = {}  # LoopNode -> Fragment
-        self.reduced = set()  # ReduceNodes whose destination layout is settled
+        self.settled = set()  # OpNodes whose common-level layouts are given
         self.shared = {}  # shared tile -> Layout imposed by an instruction (gemm operand swizzles)
 
     def copy(self):
         other = _State(self.analyzer)
         other.fragments, other.sources, other.loops = dict(self.fragments), dict(self.sources), dict(self.loops)
-        other.reduced = set(self.reduced)
+        other.settled = set(self.settled)
         other.shared = dict(self.shared)
         return other
 
     def pending(self, node) -> bool:
-        if node.kind == "gemm":
-            return False  # settled at the strict level
-        if node.kind == "parallel":
+        if _is_loop(node):
             return not node.is_dynamic and node not in self.loops
-        return node.red.on_fragments and node not in self.reduced
+        return node.op.infers_layouts() and node not in self.settled
 
 
 def _thread_hint(old, new) -> str:
@@ -219,27 +200,30 @@ def _settle_loop(state, node, layout):
 
 
 def strict_level(func, nodes, state, options=None):
-    """User-annotated fragment layouts and loop layouts, and the register layouts of gemms."""
+    """User-annotated fragment layouts and loop layouts, and the layouts tile ops impose (the
+    register layouts and operand swizzles of gemms)."""
     annotated = func.attrs.get(ANNOTATED_LAYOUTS) if func.attrs is not None else None
     for buffer, value in (annotated or {}).items():
         if buffer.scope() == "local.fragment":
             _give(state, buffer, fl.from_ir(value), None, None)
     target = func.attrs.get("target") if func.attrs is not None else None
     for node in nodes:
-        if node.kind == "gemm":
-            for buffer, layout in gemm_op.layouts(node.gemm, target, node.num_threads, node.span, options).items():
-                _give(state, buffer, layout, node.span, node)
-            for buffer, layout in gemm_op.shared_layouts(node.gemm, target, node.num_threads, options).items():
-                user = (annotated or {}).get(buffer)
-                if user is not None and not _same_shared_layout(shared_layout_from_ir(user), layout):
-                    raise at_span(
-                        f"layout inference: shared tile '{buffer.name}' is annotated with a layout that "
-                        f"differs from the swizzle T.gemm reads it with",
-                        node.span,
-                    )
-                state.shared[buffer] = layout
+        if _is_loop(node):
+            continue
+        fragments, shared = node.op.strict_layouts(target, node.num_threads, options)
+        for buffer, layout in fragments.items():
+            _give(state, buffer, layout, node.span, node)
+        for buffer, layout in shared.items():
+            user = (annotated or {}).get(buffer)
+            if user is not None and not _same_shared_layout(shared_layout_from_ir(user), layout):
+                raise at_span(
+                    f"layout inference: shared tile '{buffer.name}' is annotated with a layout that "
+                    f"differs from the swizzle {node.describe()} reads it with",
+                    node.span,
+                )
+            state.shared[buffer] = layout
     for node in nodes:
-        if node.kind == "parallel" and "loop_layout" in node.loop.annotations:
+        if _is_loop(node) and "loop_layout" in node.loop.annotations:
             _settle_loop(state, node, fl.from_ir(node.loop.annotations["loop_layout"]).with_shape_vars(node.vars))
 
 
@@ -250,7 +234,7 @@ def common_level(nodes, state):
     while progress:
         progress = False
         for node in nodes:
-            if node.kind == "parallel" and node not in state.loops:
+            if _is_loop(node) and node not in state.loops:
                 known = [a for a in node.accesses if a[0] in state.fragments]
                 if not known:
                     continue
@@ -266,12 +250,12 @@ def common_level(nodes, state):
                     continue  # the free level gives it a layout, then checks the fragments
                 _settle_loop(state, node, layout)
                 progress = progress_any = True
-            elif node.kind == "reduce" and state.pending(node):
-                red = node.red
-                if red.src in state.fragments:
-                    dst = reduce_op.infer_dst_layout(state.fragments[red.src], red.dim, node.span)
-                    _give(state, red.dst, dst, node.span, node)
-                    state.reduced.add(node)
+            elif not _is_loop(node) and state.pending(node):
+                given = node.op.common_layouts(state.fragments)
+                if given is not None:
+                    for buffer, layout in given.items():
+                        _give(state, buffer, layout, node.span, node)
+                    state.settled.add(node)
                     progress = progress_any = True
     return progress_any
 
@@ -306,7 +290,7 @@ def free_level(nodes, state):
     if not pending:
         return False
     component = _components(pending)[0]
-    roots = [n for n in component if n.kind == "parallel"]
+    roots = [n for n in component if _is_loop(n)]
     if not roots:
         node = component[0]
         raise at_span(
@@ -331,7 +315,7 @@ def free_level(nodes, state):
                 best, best_cost = trial, cost
     if best is None:
         raise first_error
-    state.fragments, state.sources, state.loops, state.reduced = best.fragments, best.sources, best.loops, best.reduced
+    state.fragments, state.sources, state.loops, state.settled = best.fragments, best.sources, best.loops, best.settled
     return True
 
 
@@ -339,7 +323,7 @@ def _complete(component, trial):
     """Propagate from the root; loops still unresolved get the first free layout that fits."""
     common_level(component, trial)
     while True:
-        rest = [n for n in component if n.kind == "parallel" and trial.pending(n)]
+        rest = [n for n in component if _is_loop(n) and trial.pending(n)]
         if not rest:
             return
         _settle_loop(trial, rest[0], parallel.free_layouts(rest[0], trial.analyzer, _coalesced_width(rest[0].loop))[0])
@@ -364,13 +348,13 @@ def infer_layout(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS)
 
 def _check_complete(func, nodes, state):
     for node in nodes:
-        if node.kind == "reduce" and state.pending(node):
+        if not _is_loop(node) and state.pending(node):
             raise at_span(f"layout inference: {node.describe()}: the source's layout could not be inferred", node.span)
 
 
 def _annotate(func, nodes, state):
     by_var = {node.vars[0]: fl.to_ir(layout) for node, layout in state.loops.items()}
-    by_var.update({node.vars[0]: DYNAMIC for node in nodes if node.kind == "parallel" and node.is_dynamic})
+    by_var.update({node.vars[0]: DYNAMIC for node in nodes if _is_loop(node) and node.is_dynamic})
 
     def on_for(loop):
         if loop.loop_var in by_var:

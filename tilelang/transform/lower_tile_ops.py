@@ -1,9 +1,10 @@
 """Pass `lower_tile_ops`: tile ops and `T.Parallel` loops become per-thread code; fragments become
 per-thread register arrays and annotated shared tiles are re-indexed through their layout.
 
-Each op lowers itself (`op/parallel.py`, `op/reduce.py`) against a `LowerContext` that knows the
-layouts from `infer_layout`, the register array of each fragment, the thread index, and allocates
-shared workspaces (e.g. for reductions across warps) at the top of the kernel.
+Each tile op lowers itself (`TileOp.lower`; parallel loops through `op/parallel.py`) against a
+`LowerContext` that knows the layouts from `infer_layout`, the register array of each fragment, the
+thread index, and allocates shared workspaces (e.g. for reductions across warps) at the top of the
+kernel.
 
 Before:  for i, j in T.Parallel(128, 64): C_f[i, j] = A_s[i, j]          (128 threads, vector 4)
 After:   for r in range(16): for v in T.vectorized(4):
@@ -18,12 +19,10 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import ir, tirx
 
-from tilelang.errors import at_span
+from tilelang.errors import CompilerError, at_span
 from tilelang.layout import fragment as fl
 from tilelang.layout.layout import shared_layout_from_ir
-from tilelang.op import base, cumsum, parallel, tma, wgmma_wait
-from tilelang.op import gemm as gemm_op
-from tilelang.op import reduce as reduce_op
+from tilelang.op import base, parallel
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform import sync_thread_branches as thread_branch
 from tilelang.transform.common import (
@@ -42,14 +41,6 @@ from tilelang.transform.infer_layout import (
 )
 from tilelang.transform.register_budget import RegisterBudget
 from tilelang.utils.ir import extern_name, is_block_barrier, seq
-
-_OP_LOWERINGS = {
-    reduce_op.NAME: reduce_op.lower,
-    cumsum.NAME: cumsum.lower,
-    gemm_op.NAME: gemm_op.lower,
-    tma.NAME: tma.lower,
-    wgmma_wait.NAME: wgmma_wait.lower,
-}
 
 
 class LowerContext:
@@ -172,10 +163,11 @@ def lower_tile_ops(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTION
         return parallel.lower(loop, fl.from_ir(layout), ctx)
 
     def on_eval(stmt, recurse):
-        call = stmt.value
-        for name, lower in _OP_LOWERINGS.items():
-            if base.is_tile_op(call, name):
-                return lower(call, ctx, stmt.span)
+        op = base.parse(stmt)
+        if op is not None:
+            if op.expands:
+                raise CompilerError(f"{op.describe()} reached lower_tile_ops; expand_elementwise_ops expands it")
+            return op.lower(ctx)
         name = extern_name(stmt)
         if name is not None:
             ctx.registers.note(name, ctx.thread_offset, ctx.num_threads, ctx.block_thread[1], stmt.span)

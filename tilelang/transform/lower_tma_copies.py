@@ -53,7 +53,7 @@ def lower_tma_copies(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTI
         return out
 
     def on_eval(stmt, recurse):
-        if depth[0] or not base.is_tile_op(stmt.value, copy_op.NAME):
+        if depth[0] or not base.is_tile_op(stmt.value, copy_op.NAME) or copy_op.Copy(stmt.value).disable_tma:
             return stmt
         src, dst = base.Region.from_ir(stmt.value.args[0]), base.Region.from_ir(stmt.value.args[1])
         tile = tma.tile_of(src, dst)

@@ -105,7 +105,7 @@ def versioned(stmt, buffers: dict, version):
 
 def _as_async(stmt):
     call = stmt.value
-    args = list(call.args[:3]) + [tirx.const(1, "int32")]
+    args = list(call.args[:3]) + [tirx.const(1, "int32")] + list(call.args[4:])
     return tirx.Evaluate(ir.Call(call.op, args, ret_ty="void"), span=stmt.span)
 
 

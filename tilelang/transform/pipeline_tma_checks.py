@@ -11,6 +11,7 @@ from tvm import ir, sym, tirx
 from tilelang.layout.fragment import substitute
 from tilelang.layout.layout import shared_layout_from_ir
 from tilelang.op import base, tma
+from tilelang.op import copy as copy_op
 from tilelang.op import gemm as gemm_op
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform.common import collect, walk
@@ -67,6 +68,8 @@ def why_not(producers, kernel: Kernel) -> str | None:
         return "tl.disable_tma_lower is set"
     for p in producers:
         src, dst = base.Region.from_ir(p.value.args[0]), base.Region.from_ir(p.value.args[1])
+        if copy_op.Copy(p.value).disable_tma:
+            return f"T.copy into '{dst.name}' has disable_tma=True"
         tile = tma.tile_of(src, dst)
         if isinstance(tile, str):
             return f"T.copy into '{dst.name}': {tile}"

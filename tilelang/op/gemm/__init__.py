@@ -23,6 +23,7 @@ from tilelang.op.gemm.policy import GemmWarpPolicy
 from tilelang.utils.ir import i32 as _c
 
 NAME = "gemm"
+__all__ = ["gemm", "wait_wgmma", "GemmWarpPolicy"]
 
 
 def gemm(
@@ -46,6 +47,11 @@ def gemm(
         B: (K, N) or, transposed, (N, K): a shared tile or a fragment.
         C: (M, N) fragment, the accumulator.
         policy: T.GemmWarpPolicy.Square / FullRow / FullCol.
+        clear_accum: start from zero (a bool, or a run-time condition).
+        k_pack: 1 (other packings are refused).
+        wg_wait: on wgmma, how many of this thread's gemms may still run at return (0; -1 with
+            T.wait_wgmma later).
+        mbar, annotations: sm_100 (tcgen05) arguments: refused with a UserError.
 
     Errors: UserError on shapes that do not chain, wrong memory scopes, or (when compiled) dtypes
     the target's tensor cores cannot multiply and tiles the instruction shape does not divide.
@@ -54,6 +60,16 @@ def gemm(
         T.gemm(A_shared, B_shared, C_local)
         T.gemm(Q_shared, K_shared, S_local, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
     """
+    if mbar is not None:
+        raise UserError(
+            "T.gemm: mbar is the completion barrier of sm_100's tcgen05 MMA, which tilelang does not target; "
+            "on sm_80/sm_90a a gemm's result is ready after the call (or after T.wait_wgmma): drop mbar"
+        )
+    if annotations:
+        raise UserError(
+            f"T.gemm: annotations {sorted(annotations)} are not supported here (the public TileLang reads them "
+            f"for sm_100's tcgen05 MMA, e.g. use_2cta); drop them"
+        )
     a, b, c = (base.to_region(x, f"T.gemm {n}") for x, n in ((A, "A"), (B, "B"), (C, "C")))
     for r, n in ((a, "A"), (b, "B"), (c, "C")):
         if r is None:
@@ -111,10 +127,14 @@ def is_gemm(stmt) -> bool:
     return isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value, NAME)
 
 
-class Gemm:
+@base.register
+class Gemm(base.TileOp):
     """A parsed `tl.gemm` call with its shape."""
 
-    def __init__(self, call):
+    name = NAME
+
+    def __init__(self, call, span=None):
+        super().__init__(call, span)
         self.a, self.b, self.c = (base.Region.from_ir(call.args[k]) for k in range(3))
         self.trans_a, self.trans_b = bool(int(call.args[3].value)), bool(int(call.args[4].value))
         self.policy = GemmWarpPolicy(int(call.args[5].value))
@@ -137,8 +157,22 @@ class Gemm:
             "r" if self.b.buffer.scope() == "local.fragment" else "s"
         )
 
-    def fragments(self):
+    def fragments(self) -> list:
         return [r.buffer for r in (self.a, self.b, self.c) if r.buffer.scope() == "local.fragment"]
+
+    def describe(self) -> str:
+        return f"T.gemm({self.a.name}, {self.b.name}, {self.c.name})"
+
+    def strict_layouts(self, target, num_threads: int, options) -> tuple[dict, dict]:
+        """The instruction's register layouts for C (and a fragment A or B), and the swizzles it
+        reads shared operands with."""
+        return (
+            layouts(self, target, num_threads, self.span, options),
+            shared_layouts(self, target, num_threads, options),
+        )
+
+    def lower(self, ctx) -> tirx.Stmt:
+        return _lower(self, ctx)
 
 
 def layouts(g: Gemm, target, num_threads: int, span=None, options=None) -> dict:
@@ -183,8 +217,9 @@ def pointer(region, ctx, rw: int):
     return tirx.tvm_access_ptr(tirx.type_annotation(str(buf.dtype)), buf.data, offset, extent, rw)
 
 
-def lower(call, ctx, span=None) -> tirx.Stmt:
-    g = Gemm(call)  # its instruction and shapes were checked by `layouts` at layout inference
+def _lower(g: Gemm, ctx) -> tirx.Stmt:
+    # Its instruction and shapes were checked by `layouts` at layout inference.
+    span = g.span
     args = [pointer(g.a, ctx, 1), pointer(g.b, ctx, 1), pointer(g.c, ctx, 3)]
     clear = [] if isinstance(g.clear, bool) else [g.clear]  # a run-time clear is the calls' last argument
     p = wgmma.plan(g, ctx.target, ctx.num_threads, ctx.options)
