@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 
 # The language first: the passes and the code generator import it, and it imports them back.
 from tilelang import language  # noqa: E402,F401
+from tilelang.dtypes import dtype as DataType  # noqa: E402,F401  (tilelang.DataType: T.dtype)
 
 # isort: split
 from tilelang import cache  # noqa: E402,F401

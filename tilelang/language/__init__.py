@@ -38,7 +38,6 @@ from tvm.script.tirx import (  # noqa: F401
     min,
     nearbyint,
     pow,
-    reinterpret,
     round,
     rsqrt,
     sigmoid,
@@ -51,42 +50,38 @@ from tvm.script.tirx import (  # noqa: F401
 )
 
 from tilelang import op as _op
-from tilelang.dtypes import (  # noqa: F401
-    bfloat16,
-    boolean,
-    float8_e4m3fn,
-    float8_e5m2,
-    float16,
-    float32,
-    float64,
-    int8,
-    int16,
-    int32,
-    int64,
-    uint8,
-    uint16,
-    uint32,
-    uint64,
-)
+
+# Every dtype object TileLang has (T.float16, T.float, T.int4, T.float8_e4m3fn, T.float16x2, ...), T.dtype.
+from tilelang.dtypes import *  # noqa: F401,F403  (T.bool, T.int, T.float shadow the builtins here)
 from tilelang.language.allocate import (  # noqa: F401
     Buffer,
     FragmentBuffer,
     LocalBuffer,
     SharedBuffer,
     Tensor,
+    alloc_buffer,
     alloc_fragment,
+    alloc_global,
     alloc_local,
     alloc_shared,
     alloc_var,
+    make_tensor,
+    ptr,
 )
 from tilelang.language.annotations import Fragment, annotate_layout, use_swizzle  # noqa: F401
 from tilelang.language.barriers import (  # noqa: F401
     alloc_barrier,
     barrier_arrive,
     barrier_wait,
+    cp_async_barrier_noinc,
+    fence_proxy_async,
+    mbarrier_arrive,
+    mbarrier_arrive_expect_tx,
+    mbarrier_wait_parity,
     set_max_nreg,
     tma_copy,
 )
+from tilelang.language.builtins import *  # noqa: F401,F403  (T.clamp, T.access_ptr, T.sync_threads, ...)
 from tilelang.language.kernel import (  # noqa: F401
     Kernel,
     get_block_binding,
@@ -94,14 +89,16 @@ from tilelang.language.kernel import (  # noqa: F401
     get_thread_binding,
     get_thread_bindings,
     get_thread_extent,
+    thread_binding,
+    ws,
 )
+from tilelang.language.layouts import Layout  # noqa: F401
 from tilelang.language.loops import Parallel, Pipelined, Serial, Unroll, Vectorized, serial, unroll, vectorized  # noqa: F401
-from tilelang.language.math import Cast, cast, infinity, max_value, min_value  # noqa: F401
+from tilelang.language.math import Cast, cast, infinity, max_value, min_value, reinterpret  # noqa: F401
 from tilelang.language.prim_func import prim_func  # noqa: F401
 from tilelang.language.symbolics import dynamic, symbolic  # noqa: F401
+from tilelang.language.unsupported import *  # noqa: F401,F403  (sm_100 names: errors naming the target)
 
 # The tile ops' user functions (T.copy, T.gemm, T.reduce_max, ...): each op module under tilelang/op/
 # lists its own in `__all__`, so a new op needs no line here.
 globals().update(_op.user_functions())
-
-bool = boolean  # noqa: A001  (T.bool, as TileLang spells it)

@@ -13,6 +13,7 @@ from tvm.script.ir_builder import tirx as _tb
 
 from tilelang.dtypes import canonical
 from tilelang.errors import UserError
+from tilelang.utils.ir import dtype_of
 
 SHARED = "shared.dyn"
 FRAGMENT = "local.fragment"
@@ -55,20 +56,49 @@ def alloc_shared(shape, dtype, scope=SHARED):
     return _tb.alloc_buffer(_tile_shape(shape, "T.alloc_shared"), canonical(dtype), scope=scope)
 
 
-def alloc_fragment(shape, dtype):
+def alloc_fragment(shape, dtype, scope=FRAGMENT):
     """A register tile of the whole block; which thread holds which element is inferred.
+    `scope` may name another on-chip scope (what T.alloc_buffer takes), as TileLang allows.
 
     Example: C_local = T.alloc_fragment((128, 128), "float32")
     """
-    return _tb.alloc_buffer(_tile_shape(shape, "T.alloc_fragment"), canonical(dtype), scope=FRAGMENT)
+    return alloc_buffer(_tile_shape(shape, "T.alloc_fragment"), dtype, scope=scope, what="T.alloc_fragment")
 
 
-def alloc_local(shape, dtype):
+def alloc_local(shape, dtype, scope=LOCAL):
     """A private array that every thread holds in full.
 
     Example: acc = T.alloc_local((8,), "float32")
     """
-    return _tb.alloc_buffer(_tile_shape(shape, "T.alloc_local"), canonical(dtype), scope=LOCAL)
+    return alloc_buffer(_tile_shape(shape, "T.alloc_local"), dtype, scope=scope, what="T.alloc_local")
+
+
+# The scopes a kernel allocates in, and the T.alloc_* each stands for.
+_SCOPES = {SHARED: "T.alloc_shared", "shared": "T.alloc_shared", FRAGMENT: "T.alloc_fragment", LOCAL: "T.alloc_local"}
+
+
+def alloc_buffer(shape, dtype="float32", scope="global", *, what="T.alloc_buffer"):
+    """A buffer in `scope`: "shared.dyn" or "shared" (T.alloc_shared), "local.fragment"
+    (T.alloc_fragment), "local" (T.alloc_local), or "global" (T.alloc_global).
+
+    Example: S = T.alloc_buffer((64, 64), "float16", scope="shared.dyn")
+    """
+    if scope == "global":
+        return alloc_global(shape, dtype)
+    if scope not in _SCOPES:
+        raise UserError(f"{what}: scope must be one of {sorted(_SCOPES) + ['global']}, got {scope!r}")
+    return _tb.alloc_buffer(_tile_shape(shape, _SCOPES[scope]), canonical(dtype), scope=scope)
+
+
+def alloc_global(shape, dtype, scope="global"):
+    """TileLang's global-memory workspace that the runtime allocates for each launch. Not
+    supported yet: a UserError saying to pass the workspace as a kernel argument instead."""
+    del scope
+    raise UserError(
+        f"T.alloc_global / T.alloc_buffer(scope='global') of shape {_fmt(_shape(shape, 'T.alloc_global'))}: "
+        "a global workspace allocated by the runtime is not supported yet; allocate it with torch and "
+        "pass it to the kernel as a T.Tensor argument (with @tilelang.jit(out_idx=...) it can be an output)"
+    )
 
 
 def alloc_var(dtype, init=None):
@@ -85,15 +115,54 @@ def alloc_var(dtype, init=None):
     return wrapper
 
 
-def Tensor(shape, dtype="float32"):
-    """The annotation of a kernel parameter: a global tensor of `shape` and `dtype`.
+def Tensor(shape, dtype="float32", data=None):
+    """The annotation of a kernel parameter: a global tensor of `shape` and `dtype`. With `data`
+    (inside the kernel body), a view of another tensor's memory under a new shape and dtype.
 
-    Example: def main(A: T.Tensor((M, K), "float16"), ...)
+    Example:
+        def main(A: T.Tensor((M, K), "float16"), ...)
+        kernel_flat = T.Tensor((KH * KW * C, F), dtype, kernel.data)   # kernel seen as 2-D
     """
-    return _script.Buffer(tuple(_shape(shape, "T.Tensor")), canonical(dtype))
+    dims = tuple(_shape(shape, "T.Tensor"))
+    if dtype is ptr:  # a table of device addresses (T.make_tensor reads tensors from them)
+        dtype = "int64"
+    if data is None:
+        return _script.Buffer(dims, canonical(dtype))
+    return _tb.decl_buffer(dims, canonical(dtype), data=data)
 
 
 Buffer = Tensor
+
+
+def ptr(dtype=None, storage_scope="global"):
+    """A pointer: as the dtype of a tensor, `T.Tensor([n], T.ptr)`, a table of device addresses
+    (int64, e.g. `[t.data_ptr() for t in tensors]`) that `T.make_tensor` turns into tensors;
+    called, a pointer-typed kernel parameter (`T.ptr("float16")`)."""
+    return _script.handle(canonical(dtype) if dtype is not None else None, storage_scope)
+
+
+def make_tensor(pointer, shape, dtype="float32", strides=None):
+    """A global tensor of `shape` and `dtype` at `pointer`: a device address read from a
+    `T.Tensor([n], T.ptr)` table (`A_ptrs[i]`), or a pointer parameter.
+
+    Example:
+        A = T.make_tensor(A_ptrs[batch], (M, K), T.float16)   # then T.copy(A[m0, k0], A_shared)
+    """
+    from tvm import ir
+
+    dtype = canonical(dtype)
+    dims = tuple(_shape(shape, "T.make_tensor"))
+    if isinstance(pointer, ir.Var) and not tirx.is_buffer_var(pointer):
+        data = pointer
+    elif ir.is_prim_expr(pointer) and dtype_of(pointer) in ("int64", "uint64"):
+        pointer_type = ir.PointerType(ir.PrimType(dtype), "global")
+        data = _tb.Bind(tirx.reinterpret(pointer_type, pointer), pointer_type)
+    else:
+        raise UserError(
+            f"T.make_tensor: expected a device address (an int64 element of a T.Tensor([n], T.ptr) table) "
+            f"or a pointer parameter, got {pointer!r}"
+        )
+    return _tb.decl_buffer(dims, dtype, data=data, strides=strides)
 
 
 def SharedBuffer(shape, dtype="float32"):

@@ -84,6 +84,70 @@ def barrier_wait(barrier, parity):
     return _extern("tl::mbarrier_wait", _address(barrier), tirx.Cast("uint32", parity))
 
 
+# TileLang's mbarrier_* spellings of the same operations (its low-level names).
+
+
+def mbarrier_wait_parity(mbarrier, parity):
+    """`T.barrier_wait` by TileLang's low-level name: wait until the phase of `mbarrier` with
+    parity `parity` has completed.
+
+    Example: T.mbarrier_wait_parity(full[k % 2], (k // 2) & 1)
+    """
+    _check_barrier(mbarrier, "T.mbarrier_wait_parity")
+    return _extern("tl::mbarrier_wait", _address(mbarrier), tirx.Cast("uint32", parity))
+
+
+def mbarrier_arrive(mbarrier, cta_id=None):
+    """`T.barrier_arrive` by TileLang's low-level name: every thread running it arrives once.
+
+    Errors:
+        UserError with `cta_id` (arriving on another block's barrier needs a thread-block cluster
+        barrier, T.alloc_cluster_barrier, which tilelang does not support).
+    """
+    if cta_id is not None:
+        raise UserError(
+            "T.mbarrier_arrive(barrier, cta_id): arriving on another block's barrier needs a cluster "
+            "barrier (T.alloc_cluster_barrier, thread-block clusters), which tilelang does not support"
+        )
+    _check_barrier(mbarrier, "T.mbarrier_arrive")
+    return _extern("tl::mbarrier_arrive", _address(mbarrier))
+
+
+def mbarrier_arrive_expect_tx(mbarrier, tx):
+    """Arrive once on `mbarrier` and announce `tx` bytes of asynchronous transactions (TMA or
+    bulk copies completing on it) that its phase also waits for.
+
+    Example: T.mbarrier_arrive_expect_tx(bar, 64 * 64 * 2)
+    """
+    _check_barrier(mbarrier, "T.mbarrier_arrive_expect_tx")
+    return _extern("tl::mbarrier_arrive_expect_tx", _address(mbarrier), tirx.Cast("uint32", tx))
+
+
+def cp_async_barrier_noinc(barrier):
+    """`cp.async.mbarrier.arrive.noinc`: `barrier` sees one arrival once this thread's earlier
+    `T.ptx_cp_async` copies have landed. The arrival counts against the barrier's arrive count
+    (noinc), so allocate it with the number of threads that copy.
+
+    Example:
+        T.ptx_cp_async(T.access_ptr(K_shared[r, c], "w", 8), T.access_ptr(K[i, c], "r", 8), 8)
+        T.cp_async_barrier_noinc(k_ready[0])
+    """
+    _check_barrier(barrier, "T.cp_async_barrier_noinc")
+    return _ptx()["cp.async.mbarrier.arrive.noinc.shared::cta.b64"](_address(barrier))
+
+
+def fence_proxy_async():
+    """`fence.proxy.async.shared::cta`: shared memory written by ordinary stores becomes visible
+    to the async proxy (TMA stores, wgmma operands) of later instructions (sm_90)."""
+    return _ptx()["fence.proxy.async.shared::cta"]()
+
+
+def _ptx():
+    from tvm.backend.cuda.ptx import PTXNamespace  # TVM's table of PTX instructions, printed as inline asm
+
+    return PTXNamespace()
+
+
 def tma_copy(src, dst, barrier):
     """Copy a global tile into a shared tile with the TMA unit (sm_90a), issued by the first thread
     of the threads running it; the tile's bytes complete on `barrier`, which counts the copy as

@@ -103,3 +103,99 @@ def get_block_bindings():
 def get_thread_extent(dim: int = 0):
     """Threads per block along `dim` of the enclosing kernel."""
     return _current("get_thread_extent")[2][dim]
+
+
+def thread_binding(start, stop=None, thread: str | None = None, annotations=None):
+    """The kernel's thread index `thread` ("threadIdx.x/y/z"), as TileLang's
+    `tx = T.thread_binding(0, n, thread="threadIdx.x")` binds it: inside `T.Kernel`, a thread
+    binding over the kernel's own extent is that thread index.
+
+    Errors:
+        UserError outside `T.Kernel`, for another tag, for a range other than [0, threads of that
+        dimension), and in a `for` loop (use the returned index directly).
+
+    Example: tx = T.thread_binding(0, 128, thread="threadIdx.x")
+    """
+    del annotations  # a thread index carries none
+    if stop is None:
+        start, stop = 0, start
+    if thread is None:
+        raise UserError("T.thread_binding needs thread=, e.g. thread='threadIdx.x'")
+    if _called_as_for_iterator():
+        raise UserError(
+            "T.thread_binding as a for loop is not supported: inside T.Kernel the thread index already "
+            f"exists; write `tx = T.thread_binding(0, n, thread='{thread}')` or `tx = T.get_thread_binding()`"
+        )
+    if thread not in _THREAD_TAGS:
+        raise UserError(f"T.thread_binding: thread must be one of {list(_THREAD_TAGS)}, got {thread!r}")
+    _, thread_vars, extents = _current("thread_binding")
+    dim = _THREAD_TAGS.index(thread)
+    if dim >= len(thread_vars):
+        raise UserError(f"T.thread_binding: the kernel has no {thread} (threads={tuple(extents)})")
+    extent = int(extents[dim])
+    if not (_is_int(start, 0) and _is_int(stop, extent)):
+        raise UserError(
+            f"T.thread_binding({start}, {stop}, thread='{thread}'): the kernel runs {extent} threads along "
+            f"{thread}; bind the whole range (0, {extent})"
+        )
+    return thread_vars[dim]
+
+
+def _is_int(value, want: int) -> bool:
+    value = value.value if isinstance(value, tirx.IntImm) else value
+    return isinstance(value, numbers.Integral) and int(value) == want
+
+
+def _called_as_for_iterator() -> bool:
+    """Whether the parser is evaluating the iterator of a `for` statement (its visit_for is on the
+    stack): the `for` form would need a thread-bound loop, which T.Kernel already is."""
+    import sys
+
+    frame = sys._getframe(2)
+    for _ in range(12):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "visit_for" and "tirx" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
+_WARPGROUP = 128  # threads of a warpgroup (4 warps), the unit T.ws selects
+
+
+@contextlib.contextmanager
+def ws(*warpgroups: int):
+    """Run the body on the given warpgroups only (threads 128*k .. 128*k+127 of the block, its
+    threads counted x fastest): `with T.ws(0):` is `if tx < 128:`, `with T.ws(1):` is
+    `if 128 <= tx < 256:`, `with T.ws(0, 1):` either.
+
+    Example:
+        with T.ws(0):      # producer
+            T.tma_copy(A[by * 128, k * 64], A_shared, barrier=full)
+        with T.ws(1):      # consumer
+            T.barrier_wait(full, k % 2)
+            T.gemm(A_shared, B_shared, C_local)
+    """
+    if not warpgroups:
+        raise UserError("T.ws needs at least one warpgroup index, e.g. T.ws(0)")
+    _, thread_vars, extents = _current("ws")
+    tid, scale = thread_vars[0], 1
+    for var, extent in zip(thread_vars[1:], extents[:-1]):
+        scale *= int(extent)
+        tid = tid + var * scale
+    total = 1
+    for extent in extents:
+        total *= int(extent)
+    cond = None
+    for g in warpgroups:
+        if not isinstance(g, numbers.Integral) or not 0 <= g < total // _WARPGROUP:
+            raise UserError(
+                f"T.ws: the block's {total} threads have warpgroups 0..{total // _WARPGROUP - 1}, got {g!r}"
+            )
+        lo, hi = g * _WARPGROUP, (g + 1) * _WARPGROUP
+        part = tid < hi if lo == 0 else tirx.And(lo <= tid, tid < hi)
+        cond = part if cond is None else tirx.Or(cond, part)
+    with _tb.If(cond):
+        with _tb.Then():
+            yield

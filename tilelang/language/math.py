@@ -34,3 +34,18 @@ def max_value(dtype):
 def min_value(dtype):
     """The smallest finite value of `dtype`."""
     return _script.min_value(canonical(dtype))
+
+
+def reinterpret(value, dtype):
+    """The bits of `value` read as `dtype` (same total width). TileLang's argument order; TVM's
+    `T.reinterpret(dtype, value)` is accepted too (TileLang still takes it, with a deprecation).
+
+    Example: bits = T.reinterpret(x, T.uint32)   # x a float32
+    """
+    if _is_dtype(value) and not _is_dtype(dtype):
+        value, dtype = dtype, value
+    return tirx.reinterpret(canonical(dtype), value)
+
+
+def _is_dtype(x) -> bool:
+    return isinstance(x, str) or hasattr(x, "_dtype_str") or type(x).__module__.startswith("torch")
