@@ -131,6 +131,8 @@ class Fragment:
     def holder_threads(self, element_indices):
         """All holders of each element: array [replicate, n] (numpy)."""
         base = evaluate(self.base, dict(zip(self.vars, element_indices)))
+        if element_indices:  # a constant base (one thread holds everything) evaluates to a scalar
+            base = np.broadcast_to(base, np.shape(element_indices[0]))
         reps = np.arange(self.replicate, dtype=np.int64)
         r = tirx.Var("r", "int32")
         offsets = evaluate(spread(r, self.groups), {r: reps}) if self.groups else np.zeros(1, np.int64)
@@ -262,12 +264,6 @@ def reduced(src: Fragment, dim: int) -> Fragment:
     out_shape = tuple(src.shape[d] for d in keep) or (1,)
     threads = evaluate(src.base, dict(zip(src.vars, grid(src.shape)))).reshape(src.shape)
     rows = np.moveaxis(threads, dim, -1).reshape(-1, src.shape[dim])  # [out elements, reduced]
-    lows = rows.min(axis=1)
-    offsets = rows - lows[:, None]
-    shape_of_group = set(offsets[0].tolist())
-    if any(set(row.tolist()) != shape_of_group for row in offsets):
-        raise IrregularLayout("rows are held by differently shaped groups of threads")
-    groups = _digit_groups(offsets[0])
     out_vars = placeholder_vars(len(out_shape), "k")
     point = []
     it = iter(out_vars)
@@ -276,18 +272,38 @@ def reduced(src: Fragment, dim: int) -> Fragment:
     if not keep:
         point = [_c(0) if d == dim else None for d in range(ndim)]
     first_thread, first_index = src.map(point)
+    return replicated(out_shape, out_vars, first_thread, first_index, rows, src.num_threads)
+
+
+def replicated(out_shape, out_vars, first_thread, first_index, holders: np.ndarray, num_threads: int) -> Fragment:
+    """The layout whose element k (row-major over `out_shape`) is held by the threads `holders[k]`
+    (a row of thread ids, repeats allowed), at one register slot per element.
+
+    `first_thread` and `first_index` are expressions in `out_vars`: a holder of each element and a
+    register index to number the slots from (the slot is compacted to a dense range when it can
+    be, else one slot per element). The holders of every element must be its lowest holder plus
+    the same digit ranges of the thread id (`groups`).
+
+    Raises IrregularLayout when they are not.
+    """
+    lows = holders.min(axis=1)
+    offsets = holders - lows[:, None]
+    shape_of_group = set(offsets[0].tolist())
+    if any(set(row.tolist()) != shape_of_group for row in offsets):
+        raise IrregularLayout("rows are held by differently shaped groups of threads")
+    groups = _digit_groups(offsets[0])
     base = sym.Analyzer().simplify(clear_groups(first_thread, groups))
     got = evaluate(base, dict(zip(out_vars, grid(out_shape)))).reshape(-1)
     if not np.array_equal(got, lows):
         raise IrregularLayout("the lowest holder of a row is not the row's first holder with digits cleared")
     # One register slot per row: the first element's register, compacted to a dense range.
-    first = evaluate(first_index, dict(zip(out_vars, grid(out_shape)))).reshape(-1)
-    candidate = Fragment(out_shape, out_vars, base, _dense(first_index, first), src.num_threads, groups)
+    first = evaluate(first_index, dict(zip(out_vars, grid(out_shape)))).reshape(-1) * np.ones_like(lows)
+    candidate = Fragment(out_shape, out_vars, base, _dense(first_index, first), num_threads, groups)
     if not candidate.is_injective() or not _invertible(candidate):  # fall back to one slot per element
         flat = _c(0)
         for v, n in zip(out_vars, out_shape):
             flat = flat * _c(n) + v
-        candidate = Fragment(out_shape, out_vars, base, flat, src.num_threads, groups)
+        candidate = Fragment(out_shape, out_vars, base, flat, num_threads, groups)
     return candidate
 
 

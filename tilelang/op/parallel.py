@@ -17,6 +17,8 @@ the threads, iteration e on thread e % threads (`lower_dynamic`), and may not to
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import tvm_ffi
 from tvm import ir, tirx
@@ -100,7 +102,7 @@ def loop_layout_from(frag: fl.Fragment, indices, node: LoopNode, analyzer) -> fl
     return layout
 
 
-def fragment_layout_from(node: LoopNode, indices, buffer) -> fl.Fragment:
+def fragment_layout_from(node: LoopNode, indices, buffer, is_store: bool = False) -> fl.Fragment:
     """The layout that the loop's layout gives `buffer`, touched at `indices` (the loop variables
     in some order, over the fragment's whole shape): element e lives where the iteration touching
     it runs."""
@@ -115,6 +117,14 @@ def fragment_layout_from(node: LoopNode, indices, buffer) -> fl.Fragment:
         else:
             perm.append(None)
     used = [k for k in perm if k is not None and k >= 0]
+    partial = None not in perm and len(set(used)) == len(used) and sorted(used) != list(range(len(node.vars)))
+    if partial and not is_store:
+        # Some loop variables do not index the fragment (`scale[0]`, `row_max[i]` in a loop over
+        # (i, j)): each element lives, replicated, on every thread that runs an iteration reading it.
+        # (Stored that way, several iterations would write one element: that stays an error.)
+        layout = _replicated_layout_from(node, perm, shape)
+        if layout is not None:
+            return layout
     if (
         None in perm
         or sorted(used) != list(range(len(node.vars)))
@@ -145,6 +155,35 @@ def fragment_layout_from(node: LoopNode, indices, buffer) -> fl.Fragment:
     )
 
 
+def _replicated_layout_from(node: LoopNode, perm, shape) -> fl.Fragment | None:
+    """The layout of a fragment indexed by some of the loop's variables (`perm[d]`: the loop
+    variable indexing dimension d, or -1 for a unit dimension indexed by 0): element e is held by
+    every thread running an iteration that touches it. None when the loop does not touch every
+    element, or the holders are not digit ranges of the thread id."""
+    if any(k >= 0 and node.shape[k] != n for k, n in zip(perm, shape)):
+        return None
+    lay = node.layout
+    points = grid(node.shape)
+    runners = lay.holder_threads(points)  # [loop replicas, iterations]
+    # Iterations in row-major order; element of each iteration, flattened row-major over `shape`.
+    flat = np.zeros(points[0].size, dtype=np.int64)
+    for k, n in zip(perm, shape):
+        flat = flat * n + (points[k].reshape(-1) if k >= 0 else 0)
+    order = np.argsort(flat, kind="stable")
+    per_element = points[0].size // math.prod(shape)
+    holders = runners[:, order].T.reshape(math.prod(shape), per_element * runners.shape[0])
+    elem_vars = fl.placeholder_vars(len(shape), "j")
+    point = [tirx.const(0, "int32") for _ in node.vars]
+    for d, k in enumerate(perm):
+        if k >= 0:
+            point[k] = elem_vars[d]
+    first_thread, first_index = lay.map(point)
+    try:
+        return fl.replicated(shape, elem_vars, first_thread, first_index, holders, lay.num_threads)
+    except fl.IrregularLayout:
+        return None
+
+
 def runs_where_held(loop_layout: fl.Fragment, frag: fl.Fragment, indices, loop_vars) -> bool:
     """Does every thread that runs an iteration hold the fragment element that iteration touches?"""
     points = grid(loop_layout.shape)
@@ -152,6 +191,17 @@ def runs_where_held(loop_layout: fl.Fragment, frag: fl.Fragment, indices, loop_v
     elem = [evaluate(i, env).reshape(-1) * np.ones_like(points[0]) for i in indices]
     runners = loop_layout.holder_threads([p for p in points])
     return all(bool(frag.holds(row, elem).all()) for row in runners)
+
+
+def writes_every_copy(loop_layout: fl.Fragment, frag: fl.Fragment, indices, loop_vars) -> bool:
+    """Does every holder of the fragment element an iteration writes run that iteration? (A write
+    to a replicated fragment must reach all its copies.)"""
+    points = grid(loop_layout.shape)
+    env = dict(zip(loop_vars, points))
+    elem = [evaluate(i, env).reshape(-1) * np.ones_like(points[0]) for i in indices]
+    runners = loop_layout.holder_threads(points)  # [loop replicas, iterations]
+    holders = frag.holder_threads(elem)  # [fragment replicas, iterations]
+    return bool((holders[:, None, :] == runners[None, :, :]).any(axis=1).all())
 
 
 def _rounds(total: int, threads: int, vec: int) -> int:

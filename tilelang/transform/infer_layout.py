@@ -179,19 +179,32 @@ def _settle_loop(state, node, layout):
     state.loops[node] = layout
     node_layout_backup, node.layout = node.layout, layout
     try:
-        for buffer, indices, _ in node.accesses:
+        for buffer, indices, is_store in node.accesses:
             if buffer in state.fragments:
-                if not _runs_where_held(layout, state.fragments[buffer], buffer, indices, node):
+                frag = state.fragments[buffer]
+                if not _runs_where_held(layout, frag, buffer, indices, node):
                     raise at_span(
                         f"layout inference: fragment '{buffer.name}' is used by two operations that need "
                         f"different layouts: its layout came from the first location below, and the "
                         f"{node.describe()} at the second would run its elements on other threads"
-                        f"{_thread_hint(state.fragments[buffer], layout)}",
+                        f"{_thread_hint(frag, layout)}",
                         state.sources[buffer],
                         node.span,
                     )
+                if is_store and frag.groups and not parallel.writes_every_copy(layout, frag, indices, node.vars):
+                    source = state.sources[buffer]
+                    origin = "came from the first location below" if source is not None else "was annotated"
+                    raise at_span(
+                        f"layout inference: fragment '{buffer.name}' is held by several threads per element "
+                        f"(its layout {origin}), but the {node.describe()} below writes it on only some of "
+                        f"them, which would leave the other copies stale; write it in a loop that follows its "
+                        f"layout, or into a fragment of its own",
+                        source,
+                        node.span,
+                    )
             else:
-                _give(state, buffer, parallel.fragment_layout_from(node, indices, buffer), node.span, node)
+                layout_of = parallel.fragment_layout_from(node, indices, buffer, is_store)
+                _give(state, buffer, layout_of, node.span, node)
     finally:
         node.layout = node_layout_backup
 

@@ -231,6 +231,62 @@ def test_reduction_gives_a_replicated_destination():
     assert store.groups == [(1, 16)]
 
 
+def test_a_value_read_by_every_iteration_is_replicated_over_all_threads():
+    # RMSNorm's scale: a [1] fragment loaded once and read by the whole row.
+    @T.prim_func
+    def main(A: T.Tensor((8, 256), "float32"), S: T.Tensor((8,), "float32"), B: T.Tensor((8, 256), "float32")):
+        with T.Kernel(8, threads=128) as bx:
+            scale = T.alloc_fragment((1,), "float32")
+            T.copy(S[bx : bx + 1], scale)
+            for i in T.Parallel(256):
+                B[bx, i] = A[bx, i] * scale[0]
+
+    func = infer_layout(_prepare(main))
+    scale = _fragment_layouts(func)["scale"]
+    assert scale.replicate == 128 and scale.local_size == 1
+    load, _ = _loop_layouts(func)  # the copy into it runs on every holder, so every copy is written
+    assert load.replicate == 128
+
+
+def test_a_row_value_read_along_its_row_is_held_by_the_row_threads():
+    @T.prim_func
+    def main(A: T.Tensor((64, 256), "float32"), S: T.Tensor((64,), "float32"), B: T.Tensor((64, 256), "float32")):
+        with T.Kernel(1, threads=128):
+            r = T.alloc_fragment((64,), "float32")
+            for i in T.Parallel(64):
+                r[i] = S[i] * 2.0
+            for i, j in T.Parallel(64, 256):
+                B[i, j] = A[i, j] * r[i]
+
+    func = infer_layout(_prepare(main))
+    r = _fragment_layouts(func)["r"]
+    _, rows = _loop_layouts(func)
+    # Every thread running an iteration of row i holds r[i].
+    i, j = (p.reshape(-1) for p in np.indices((64, 256)))
+    runner = evaluate(rows.base, dict(zip(rows.vars, [i, j]))).reshape(-1)
+    assert r.holds(runner, [i]).all()
+    assert r.replicate == 64 and r.local_size == 32
+
+
+def test_a_replicated_fragment_written_on_some_of_its_threads_is_an_error():
+    # m is held by threads i and i + 128; a loop pinned to one thread per element writes one copy.
+    (i,) = fl.placeholder_vars(1)
+    both_halves = fl.Fragment((128,), [i], i, tirx.const(0, "int32"), 256, [(128, 2)])
+    one_thread = fl.partition((128,), 256, 1)
+
+    @T.prim_func
+    def main(X: T.Tensor((128,), "float32"), B: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=256):
+            m = T.alloc_fragment((128,), "float32")
+            T.annotate_layout({m: both_halves})
+            for k in T.Parallel(128, loop_layout=one_thread):
+                m[k] = X[k]
+            T.copy(m, B)
+
+    with pytest.raises(UserError, match="(?s)fragment 'm' is held by several threads.*was annotated.*stale.*loop_layout=one_thread"):
+        infer_layout(_prepare(main))
+
+
 def test_free_level_picks_the_root_with_fewest_registers():
     # Rooting at the 1-D loop first would give s a non-replicated layout that the reduction
     # contradicts; rooting at the copy works and is what the free level must choose.
