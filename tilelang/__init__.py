@@ -29,3 +29,14 @@ from tilelang.options import PassConfigKey  # noqa: E402,F401
 from tilelang.autotuner import autotune  # noqa: E402,F401
 from tilelang.jit.exported import load_library  # noqa: E402,F401
 from tilelang.profiler import TensorSupplyType  # noqa: E402,F401
+
+# isort: split
+# The public TileLang's package-level helpers (see README, "Compatibility with the public TileLang").
+from tilelang import tvm  # noqa: E402,F401  (TVM as the public TileLang's fork shows it: tvm.tir, tvm.tirx)
+from tilelang.cache import clear as clear_cache  # noqa: E402,F401
+from tilelang.cache import disable as disable_cache  # noqa: E402,F401
+from tilelang.cache import enable as enable_cache  # noqa: E402,F401
+from tilelang.cache import is_enabled as is_cache_enabled  # noqa: E402,F401
+from tilelang.engine.callback import register_cuda_postproc  # noqa: E402,F401
+from tilelang.log import set_level as set_log_level  # noqa: E402,F401
+from tilelang.math import cdiv, next_power_of_2  # noqa: E402,F401

@@ -9,8 +9,11 @@ leaves no entry; an entry whose library does not match its recorded checksum is 
 and rebuilt.
 
     import tilelang.cache
-    tilelang.cache.clear()          # remove every entry
-    tilelang.cache.disable()        # or TILELANG_DISABLE_CACHE=1
+    tilelang.cache.clear()          # remove every entry   (also tilelang.clear_cache())
+    tilelang.cache.disable()        # or TILELANG_DISABLE_CACHE=1, or tilelang.disable_cache()
+
+While a CUDA post-processing hook is registered (tilelang.engine.callback) the cache is off: an
+entry holds the source some hook produced, and what a hook does cannot be part of the key.
 """
 
 from __future__ import annotations
@@ -41,7 +44,10 @@ def disable() -> None:
 
 
 def is_enabled() -> bool:
-    return _enabled
+    """Whether compiles read and write the disk cache: enabled, and no CUDA post-processing hook set."""
+    from tilelang.engine.callback import has_cuda_postproc
+
+    return _enabled and not has_cuda_postproc()
 
 
 def folder() -> str:
@@ -49,8 +55,11 @@ def folder() -> str:
 
 
 def clear() -> None:
-    """Remove every cached kernel."""
+    """Remove every cached kernel, and the compiled libraries the code generator keeps by source
+    hash (its `libs/` folder), so the next compile of any kernel runs nvcc again. Kernels already
+    loaded in this process keep working."""
     shutil.rmtree(folder(), ignore_errors=True)
+    shutil.rmtree(os.path.join(env.cache_dir(), "libs"), ignore_errors=True)
 
 
 @functools.cache

@@ -18,6 +18,12 @@ and these switches, read here and nowhere else:
   TILELANG_AUTO_TUNING_DISABLE_CACHE=1  autotuning results are not kept on disk
   TILELANG_AUTO_TUNING_CPU_COUNTS=<n>   compile processes the autotuner runs at once
   PYTEST_XDIST_WORKER                   set by pytest-xdist in its workers (tilelang.testing)
+  TL_PERF_REGRESSION_FORMAT=json        tilelang.testing.regression() prints one JSON line
+  TL_PERF_REGRESSION_ONLY=<names>       tilelang.testing.regression() runs only these cases
+
+The public TileLang's users read some of these through `tilelang.env` as attributes
+(`tilelang.env.TILELANG_CACHE_DIR`, `from tilelang.env import CUDA_HOME`, `tilelang.env.env`):
+see `PUBLIC_NAMES` at the end.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import types
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -75,12 +83,17 @@ def nvcc_path() -> str:
 
 
 @functools.cache
+def _nvcc_dryrun() -> str:
+    return subprocess.run(
+        [nvcc_path(), "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull], capture_output=True, text=True
+    ).stderr
+
+
+@functools.cache
 def cuda_paths() -> tuple[str, str]:
     """The CUDA toolkit's include and library folders, as nvcc itself finds them (it may be a
     wrapper script, so its location alone does not tell)."""
-    out = subprocess.run(
-        [nvcc_path(), "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull], capture_output=True, text=True
-    ).stderr
+    out = _nvcc_dryrun()
     top = re.search(r"^#\$ TOP=(.*)$", out, re.M)
     target_dir = re.findall(r"^#\$ _TARGET_DIR_=(.+)$", out, re.M)
     if not top:
@@ -137,3 +150,89 @@ def autotune_cpu_count() -> int | None:
 
 def in_xdist_worker() -> bool:
     return bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+
+def perf_regression_format() -> str:
+    return os.environ.get("TL_PERF_REGRESSION_FORMAT", "text").strip().lower()
+
+
+def perf_regression_only() -> str:
+    return os.environ.get("TL_PERF_REGRESSION_ONLY", "").strip()
+
+
+def cuda_home() -> str:
+    """The CUDA toolkit's root: $CUDA_HOME, else the one nvcc reports (it may be a wrapper script
+    elsewhere)."""
+    if os.environ.get("CUDA_HOME"):
+        return os.environ["CUDA_HOME"]
+    top = re.search(r"^#\$ TOP=(.*)$", _nvcc_dryrun(), re.M)
+    return os.path.normpath(top.group(1).strip()) if top else os.path.dirname(os.path.dirname(nvcc_path()))
+
+
+# The public TileLang's `tilelang.env` is an object whose attributes read the environment when
+# read (`tilelang.env.TILELANG_CACHE_DIR`); users also import them (`from tilelang.env import
+# CUDA_HOME`) and assign some (`tilelang.env.TILELANG_CACHE_DIR = path`). Here they are module
+# attributes computed on access; an assignment sets the environment variable, which is what the
+# functions above read. Names whose reader caches its answer cannot be assigned.
+PUBLIC_NAMES = {
+    # attribute: (environment variable or None, reader)
+    "TILELANG_CACHE_DIR": ("TILELANG_CACHE_DIR", cache_dir),
+    "TILELANG_DEFAULT_TARGET": ("TILELANG_DEFAULT_TARGET", default_target),
+    "TILELANG_DISABLE_CACHE": ("TILELANG_DISABLE_CACHE", lambda: os.environ.get("TILELANG_DISABLE_CACHE", "0")),
+    "TILELANG_AUTO_TUNING_DISABLE_CACHE": (
+        "TILELANG_AUTO_TUNING_DISABLE_CACHE",
+        lambda: os.environ.get("TILELANG_AUTO_TUNING_DISABLE_CACHE", "0"),
+    ),
+    "TILELANG_TEMPLATE_PATH": (None, template_path),
+    "CUTLASS_INCLUDE_DIR": (None, cutlass_include),
+    "CUDA_HOME": (None, cuda_home),
+}
+
+
+def __getattr__(name: str):
+    if name in PUBLIC_NAMES:
+        return PUBLIC_NAMES[name][1]()
+    if name == "env":  # `from tilelang.env import env`: the public TileLang's object is this module here
+        return sys.modules[__name__]
+    raise AttributeError(f"module 'tilelang.env' has no attribute '{name}'")
+
+
+def get_default_target() -> str:
+    """The public TileLang's name for `default_target()`."""
+    return default_target()
+
+
+# The public TileLang also switches its kernel cache through `tilelang.env`; the switch is tilelang.cache's.
+def enable_cache() -> None:
+    from tilelang import cache
+
+    cache.enable()
+
+
+def disable_cache() -> None:
+    from tilelang import cache
+
+    cache.disable()
+
+
+def is_cache_enabled() -> bool:
+    from tilelang import cache
+
+    return cache.is_enabled()
+
+
+class _EnvModule(types.ModuleType):
+    def __setattr__(self, name: str, value) -> None:
+        if name in PUBLIC_NAMES:
+            variable = PUBLIC_NAMES[name][0]
+            if variable is None:
+                raise AttributeError(
+                    f"tilelang.env.{name} is found once per process and cannot be assigned; "
+                    "set its environment variable (see tilelang/env.py) before importing tilelang"
+                )
+            os.environ[variable] = str(value)
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _EnvModule

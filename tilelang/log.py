@@ -16,14 +16,28 @@ from tilelang import env
 logger = logging.getLogger("tilelang")
 
 
+def set_level(level) -> None:
+    """Set the `tilelang` logger's level ("DEBUG", "INFO", "WARNING", ... or a logging constant),
+    giving it a handler that prints to stderr if it has none: `tilelang.set_log_level("INFO")`.
+
+    Raises: UserError for a level name logging does not know."""
+    if isinstance(level, str):
+        if level.upper() not in logging.getLevelNamesMapping():
+            from tilelang.errors import UserError
+
+            raise UserError(f"set_log_level: unknown level {level!r}; use DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        level = level.upper()
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("tilelang %(levelname)s: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(level)
+
+
 def _configure() -> None:
     level = env.log_level()
-    if not level or logger.handlers:
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("tilelang %(levelname)s: %(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(level.upper())
+    if level and not logger.handlers:
+        set_level(level)
 
 
 _configure()

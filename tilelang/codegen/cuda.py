@@ -27,6 +27,7 @@ import tvm_ffi
 
 from tilelang import env
 from tilelang.codegen import register_counts
+from tilelang.engine import callback
 from tilelang.utils.target import arch_of
 
 _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
@@ -79,7 +80,12 @@ def _device_module(lowered):
 
 
 def device_source(lowered) -> str:
-    """The device unit (what `kernel.get_kernel_source()` shows)."""
+    """The device unit (what `kernel.get_kernel_source()` shows), after the user's post-processing
+    hook if one is registered (`tilelang.engine.callback`): it sees the complete source, last."""
+    return callback.apply_cuda_postproc(_generated_source(lowered), lowered.target)
+
+
+def _generated_source(lowered) -> str:
     code = _device_module(lowered).inspect_source("cuda")
     # Swizzled tiles (wgmma descriptors, TMA boxes) sit at 1024-byte offsets of the shared block,
     # and the hardware swizzles absolute address bits: the block itself starts on 1024 bytes.
