@@ -50,15 +50,19 @@ def describe_error(err: BaseException) -> str:
 
 
 def build(payload: bytes) -> str | None:
-    """Build one job (in a worker): None when the kernel is built and stored, else why not."""
+    """Build one job (in a worker): None when the kernel is built and stored, else why not.
+
+    A job is (factory, its source file, the options of `tilelang.jit`, "lazy" or "eager", args,
+    kwargs): a lazy factory is called, an eager one's `compile` is.
+    """
     try:
         import cloudpickle
 
         import tilelang
 
-        factory, filename, out_idx, target, pass_configs, args, kwargs = cloudpickle.loads(payload)
-        factory = with_filename(factory, filename)
-        kernel = tilelang.jit(out_idx=out_idx, target=target, pass_configs=pass_configs)(factory)(*args, **kwargs)
+        factory, filename, options, mode, args, kwargs = cloudpickle.loads(payload)
+        jit = tilelang.jit(**options)(with_filename(factory, filename))
+        kernel = jit.compile(*args, **kwargs) if mode == "eager" else jit(*args, **kwargs)
         kernel._ensure_built()
     except Exception as err:  # noqa: BLE001 - any failure only disqualifies this configuration
         return describe_error(err)

@@ -46,7 +46,8 @@ def key_for(jit, args, kwargs, target, configs, settings) -> str | None:
     """The cache key of one tuning problem (hex sha256), or None when the factory has no source
     file to hash (an interactive session): then nothing is cached."""
     try:
-        kernel = cache.key_for(jit.factory, args, kwargs, jit.out_idx, target, jit.pass_configs)
+        flags = getattr(jit, "compile_flags", None) or ()
+        kernel = cache.key_for(jit.factory, args, kwargs, jit.out_idx, target, jit.pass_configs, flags)
     except (OSError, TypeError):
         return None
     parts = {"kernel": kernel, "configs": repr(configs), "settings": repr(settings), "device": device_name()}

@@ -1,11 +1,21 @@
-"""`do_bench`: the GPU time of a function, with CUDA events, warm-up, L2 flushed between runs, median.
+"""`do_bench`: the GPU time of a function, in milliseconds, with the L2 cache flushed before each run.
 
-As in public TileLang (and Triton), `warmup` and `rep` are budgets in milliseconds: a few timed
-runs estimate the cost of one, and the run counts follow from it, so a 5 us kernel and a 50 ms
-one both get a stable measurement in about the same wall time.
+As in public TileLang (and Triton), `warmup` and `rep` are budgets in milliseconds: five runs
+estimate the cost of one, and the run counts follow from it, so a 5 us kernel and a 50 ms one both
+get a stable measurement in about the same wall time (`_n_warmup`/`_n_repeat` fix the counts).
 
-    ms = do_bench(lambda: kernel(a, b))                    # ~25 ms of warm-up, ~100 ms timed
-    ms = do_bench(lambda: kernel(a, b), n_repeat=10)       # exactly 10 timed runs
+    ms = do_bench(lambda: kernel(a, b))                        # CUDA events, mean of the runs
+    ms = do_bench(lambda: kernel(a, b), backend="cupti")       # kernel time only, no launch gaps
+    p50, p90 = do_bench(lambda: kernel(a, b), quantiles=[0.5, 0.9])
+
+Three ways to time the runs (`backend`):
+    "event"      a CUDA event before and after each run; the time of a run includes launch gaps
+                 between its kernels, as a caller of `fn` would see it.
+    "cupti"      torch.profiler's CUDA activity trace (Kineto over CUPTI): the sum of the durations
+                 of the GPU work each run launched, without the gaps between kernels.
+    "cudagraph"  `fn` captured `n_repeat` times in one CUDA graph, replayed ten times: the time per
+                 call without host launch overhead. The L2 is flushed before each replay, not
+                 between the calls inside it, so only the first call of a replay starts cold.
 
 To compare kernels, time them in turn (`do_bench_in_turn`): a GPU's clocks drift by several percent
 between runs of a script (about 10% on the H200 used for the benchmarks), so timing one kernel
@@ -16,72 +26,304 @@ after another measures the drift as much as the kernels.
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import statistics
 
-# Larger than the L2 of any current GPU (50 MB on H100/H200), so overwriting it evicts the inputs.
-_FLUSH_BYTES = 256 << 20
+from tilelang.errors import UserError
+
+BACKENDS = ("event", "cupti", "cudagraph")
+RETURN_MODES = ("min", "max", "mean", "median", "all")
+
+# The name of the profiler range around each L2 flush: the cupti backend leaves its kernels out.
+_FLUSH_MARK = "tilelang::l2_flush"
+# CUDA graph replays timed by the cudagraph backend (each replays n_repeat calls).
+_GRAPH_REPLAYS = 10
 
 
 def do_bench(
     fn,
     warmup: float = 25,
     rep: float = 100,
-    flush_l2: bool = True,
-    n_warmup: int | None = None,
-    n_repeat: int | None = None,
-) -> float:
-    """Median time of `fn()` in milliseconds.
+    _n_warmup: int = 0,
+    _n_repeat: int = 0,
+    quantiles: list[float] | None = None,
+    fast_flush: bool = True,
+    backend: str = "event",
+    return_mode: str = "mean",
+    device=None,
+    cache_size: int = 256,
+    early_stop_baseline: float | None = None,
+):
+    """Time `fn()` on the GPU; milliseconds per run.
 
     Args:
         fn: launches the work on torch's current stream; called with no arguments.
-        warmup: milliseconds of untimed runs first (caches, clocks, lazy loading).
-        rep: milliseconds of timed runs.
-        flush_l2: overwrite a 256 MiB buffer before each timed run, so inputs come from HBM as
-            they would in a real model, not from an L2 warmed by the previous run.
-        n_warmup, n_repeat: exact run counts; each overrides its time budget.
+        warmup, rep: milliseconds of untimed runs first (caches, clocks, lazy loading), then of
+            timed runs.
+        _n_warmup, _n_repeat: exact run counts when positive; each overrides its budget. (The
+            leading underscore is public TileLang's spelling of these two arguments.)
+        quantiles: e.g. [0.5, 0.9]: return these quantiles of the run times instead (a list; one
+            float when a single quantile is asked for, as in public TileLang).
+        fast_flush: flush the L2 by zeroing int32 words rather than bytes (same buffer size).
+        backend: "event", "cupti" or "cudagraph" (see the module docstring).
+        return_mode: "mean" (the default, as in public TileLang), "median", "min", "max", or
+            "all" for the list of every run's time.
+        device: the CUDA device to time on (index, "cuda:1" or torch.device); default: current.
+        cache_size: MiB zeroed before each run to evict the inputs from L2 (50 MB on H100/H200);
+            0 turns the flush off.
+        early_stop_baseline: when the first estimate of one run already exceeds this many
+            milliseconds, return the estimate without timing further (the autotuner passes its
+            best time so far, times a factor, to skip configurations that cannot win).
+
+    Raises:
+        UserError: for an unknown backend or return mode, a quantile outside [0, 1], no CUDA
+            GPU, or the cupti backend where torch cannot trace CUDA activity.
     """
-    import torch
+    _check_options(backend, return_mode, quantiles)
+    _require_cuda(backend)
+    with _device_scope(device):
+        flush = _flush_buffer(cache_size, fast_flush)
 
-    flush = torch.empty(_FLUSH_BYTES, dtype=torch.int8, device="cuda") if flush_l2 else None
-
-    def one_run():
-        if flush is not None:
+        def one_run():
             flush.zero_()
-        fn()
+            fn()
 
-    one_run()  # the first call may load the module and the cubin: not part of the estimate
-    torch.cuda.synchronize()
-    if n_warmup is None or n_repeat is None:
+        fn()  # the first call may load the module and the cubin: not part of the estimate
+        _synchronize()
         # The estimate includes the flush, so the budgets bound the wall time, not only fn's.
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(5):
+        estimate = max(_estimate_ms(one_run, 5), 1e-4)
+        if early_stop_baseline is not None and estimate > early_stop_baseline:
+            return _summarize([estimate], quantiles, return_mode)
+        n_warmup = _n_warmup if _n_warmup > 0 else max(1, int(warmup / estimate))
+        n_repeat = _n_repeat if _n_repeat > 0 else max(1, int(rep / estimate))
+        for _ in range(n_warmup):
             one_run()
-        end.record()
-        torch.cuda.synchronize()
-        estimate = max(start.elapsed_time(end) / 5, 1e-3)
-        n_warmup = max(1, int(warmup / estimate)) if n_warmup is None else n_warmup
-        n_repeat = max(1, int(rep / estimate)) if n_repeat is None else n_repeat
-
-    for _ in range(n_warmup):
-        one_run()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
-    for s, e in zip(starts, ends):
-        if flush is not None:
-            flush.zero_()
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+        times = _TIMERS[backend](fn, flush, n_repeat)
+    return _summarize(times, quantiles, return_mode)
 
 
 def do_bench_in_turn(fns: dict, rounds: int = 3, **kwargs) -> dict:
     """Median over `rounds` of `do_bench(fn, **kwargs)` for each function of `fns` (name -> fn, or
-    None for one that cannot run: nan), the functions timed in turn within each round."""
+    None for one that cannot run: nan), the functions timed in turn within each round. Each
+    round's time is the median of its runs unless `return_mode` says otherwise."""
+    kwargs.setdefault("return_mode", "median")
     times = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
             times[name].append(do_bench(fn, **kwargs) if fn is not None else float("nan"))
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+# ---- checks ------------------------------------------------------------------------------------
+
+
+def _check_options(backend, return_mode, quantiles) -> None:
+    if backend not in BACKENDS:
+        raise UserError(f"do_bench: unknown backend {backend!r}; the backends are {', '.join(map(repr, BACKENDS))}")
+    if return_mode not in RETURN_MODES:
+        raise UserError(
+            f"do_bench: unknown return_mode {return_mode!r}; the modes are {', '.join(map(repr, RETURN_MODES))}"
+        )
+    if quantiles is not None:
+        bad = [q for q in quantiles if not 0 <= q <= 1]
+        if bad or not len(quantiles):
+            raise UserError(f"do_bench: quantiles are fractions in [0, 1] (0.5 is the median), got {list(quantiles)}")
+
+
+def available_backends() -> list[str]:
+    """The backends this machine can time with: "event" and "cudagraph" with a CUDA GPU, and
+    "cupti" where torch.profiler can trace CUDA activity."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    found = ["event", "cudagraph"]
+    if torch.profiler.ProfilerActivity.CUDA in torch.profiler.supported_activities():
+        found.insert(1, "cupti")
+    return found
+
+
+def _require_cuda(backend: str) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserError(f"do_bench times work on a CUDA GPU, and torch sees none (torch {torch.__version__})")
+    if backend not in available_backends():
+        raise UserError(
+            f"do_bench: the {backend!r} backend needs torch.profiler's CUDA activity (Kineto/CUPTI), which this "
+            f"torch ({torch.__version__}) does not offer; the backends available here are "
+            f"{', '.join(map(repr, available_backends()))}"
+        )
+
+
+# ---- the GPU primitives (tests without a GPU replace these) ------------------------------------
+
+
+@contextlib.contextmanager
+def _device_scope(device):
+    """Run the body on `device` (None: the current one)."""
+    if device is None:
+        yield
+        return
+    import torch
+
+    if not isinstance(device, int):
+        device = torch.device(device)
+        if device.type != "cuda":
+            raise UserError(f"do_bench: device must be a CUDA device, got {device}")
+        device = device.index if device.index is not None else torch.cuda.current_device()
+    with torch.cuda.device(device):
+        yield
+
+
+def _flush_buffer(cache_size: int, fast_flush: bool):
+    """A buffer of `cache_size` MiB whose zeroing evicts the L2."""
+    import torch
+
+    n_bytes = int(cache_size) << 20
+    if fast_flush:
+        return torch.empty(n_bytes // 4, dtype=torch.int32, device="cuda")
+    return torch.empty(n_bytes, dtype=torch.int8, device="cuda")
+
+
+def _synchronize() -> None:
+    import torch
+
+    torch.cuda.synchronize()
+
+
+def _estimate_ms(run, n: int) -> float:
+    """The mean time of `run()` over `n` back-to-back runs."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        run()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / n
+
+
+# ---- the backends: each returns the time of every timed run, in ms ------------------------------
+
+
+def _time_events(fn, flush, n_repeat: int) -> list[float]:
+    import torch
+
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
+    for s, e in zip(starts, ends):
+        flush.zero_()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def _time_cudagraph(fn, flush, n_repeat: int) -> list[float]:
+    import torch
+
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                for _ in range(n_repeat):
+                    fn()
+        except Exception as err:
+            raise UserError(
+                f"do_bench(backend='cudagraph'): the function could not be captured in a CUDA graph "
+                f"({type(err).__name__}: {err}); time it with backend='event'"
+            ) from err
+        torch.cuda.synchronize()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(_GRAPH_REPLAYS)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(_GRAPH_REPLAYS)]
+        for s, e in zip(starts, ends):
+            flush.zero_()
+            s.record()
+            graph.replay()
+            e.record()
+        torch.cuda.synchronize()
+    return [s.elapsed_time(e) / n_repeat for s, e in zip(starts, ends)]
+
+
+def _time_cupti(fn, flush, n_repeat: int) -> list[float]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    # CPU activity too: Kineto projects the flush's record_function range onto the GPU only when
+    # it sees the range on the host.
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(n_repeat):
+            with record_function(_FLUSH_MARK):
+                flush.zero_()
+            fn()
+        torch.cuda.synchronize()
+    return kernel_times_per_run(prof.events(), n_repeat)
+
+
+def kernel_times_per_run(events, n_repeat: int) -> list[float]:
+    """The GPU time of each run, in ms, from a torch.profiler trace of `n_repeat` runs, each one
+    an L2 flush inside a `_FLUSH_MARK` range followed by the timed function.
+
+    Each GPU event (kernel, memset, memcpy) that is not a flush is added to the run whose flush
+    range started last before it; gaps between kernels are not counted.
+    """
+    from torch.autograd import DeviceType
+
+    on_gpu = [e for e in events if e.device_type == DeviceType.CUDA]
+    marks = sorted(
+        (e.time_range.start, e.time_range.end) for e in on_gpu if e.is_user_annotation and e.name == _FLUSH_MARK
+    )
+    work = [e for e in on_gpu if not e.is_user_annotation]
+    if not work:
+        raise RuntimeError(
+            "do_bench(backend='cupti'): the profiler recorded no GPU activity (is CUPTI usable in this "
+            "process?); time with backend='event' instead"
+        )
+    if len(marks) != n_repeat:
+        raise RuntimeError(
+            f"do_bench(backend='cupti'): found {len(marks)} L2-flush ranges on the GPU for {n_repeat} runs, so "
+            "the flush cannot be told apart from the function's kernels; time with backend='event' instead"
+        )
+    starts = [m[0] for m in marks]
+    per_run = [0.0] * n_repeat
+    for e in work:
+        begin, end = e.time_range.start, e.time_range.end
+        k = bisect.bisect_right(starts, begin) - 1
+        if k >= 0 and end <= marks[k][1]:
+            continue  # the flush itself
+        per_run[max(k, 0)] += end - begin
+    return [us / 1000.0 for us in per_run]
+
+
+_TIMERS = {"event": _time_events, "cupti": _time_cupti, "cudagraph": _time_cudagraph}
+
+
+# ---- summary -----------------------------------------------------------------------------------
+
+
+def _summarize(times: list[float], quantiles, return_mode: str):
+    if quantiles is not None:
+        values = [_quantile(times, q) for q in quantiles]
+        return values[0] if len(values) == 1 else values
+    if return_mode == "all":
+        return list(times)
+    if return_mode == "mean":
+        return statistics.fmean(times)
+    if return_mode == "median":
+        # The lower middle value for an even count, as torch.median (public TileLang's) gives.
+        return sorted(times)[(len(times) - 1) // 2]
+    return min(times) if return_mode == "min" else max(times)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """Linear interpolation between the closest ranks (torch.quantile's default)."""
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)

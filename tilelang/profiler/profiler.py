@@ -6,17 +6,19 @@ Made by `kernel.get_profiler(tensor_supply_type)`. It works from the kernel's pa
 
     profiler = kernel.get_profiler(tilelang.TensorSupplyType.Randn)
     profiler.assert_allclose(lambda A, B: A @ B, rtol=1e-2, atol=1e-2)
-    print(profiler.do_bench(), "ms")
+    print(profiler.do_bench(), "ms")                  # the kernel
+    print(profiler.do_bench(lambda A, B: A @ B), "ms")  # a reference, on the same inputs
 """
 
 from __future__ import annotations
 
+from tilelang.errors import UserError
 from tilelang.profiler.bench import do_bench
 from tilelang.profiler.tensor_supply import TensorSupplyType, supply_tensor
 
 
 class Profiler:
-    """Random inputs, a correctness check and a timer for one kernel.
+    """Random inputs, correctness checks and a timer for one kernel.
 
     Args:
         kernel: a callable kernel with `params` (name, shape, dtype each), `out_idx` and `name`.
@@ -31,13 +33,42 @@ class Profiler:
         self._bench_inputs = None
 
     @property
+    def func(self):
+        """The kernel itself (public TileLang's name): `profiler.do_bench(profiler.func)`."""
+        return self.kernel
+
+    def __call__(self, *args, **kwargs):
+        return self.kernel(*args, **kwargs)
+
+    @property
+    def params(self) -> list:
+        """Every parameter of the kernel, outputs included."""
+        return list(self.kernel.params)
+
+    @property
+    def result_idx(self) -> list[int]:
+        """The positions of the parameters the kernel allocates and returns."""
+        return list(self.kernel.out_idx)
+
+    @property
     def input_params(self) -> list:
         """The parameters the caller passes (those not allocated by the kernel), in call order."""
-        return [p for k, p in enumerate(self.kernel.params) if k not in self.kernel.out_idx]
+        return self._get_params()
+
+    def _get_params(self, with_output: bool = False) -> list:
+        """The input parameters (and the outputs too with `with_output`), in parameter order.
+        Public TileLang's name: a `supply_prog` receives this list."""
+        return [p for k, p in enumerate(self.kernel.params) if with_output or k not in self.kernel.out_idx]
+
+    def _get_inputs(self, with_output: bool = False, dynamic_symbolic_constraints: dict | None = None) -> list:
+        """Fresh tensors for `_get_params(with_output)`, sized by `dynamic_symbolic_constraints`
+        where a dimension is dynamic (public TileLang's name)."""
+        sizes = dynamic_symbolic_constraints
+        return [supply_tensor(p, self.supply_type, self.device, sizes) for p in self._get_params(with_output)]
 
     def get_inputs(self) -> list:
         """Freshly drawn tensors for the kernel's inputs, in call order."""
-        return [supply_tensor(p, self.supply_type, self.device) for p in self.input_params]
+        return self._get_inputs()
 
     def run_once(self, func=None):
         """Call `func` (default: the kernel) once on fresh inputs and return what it returns."""
@@ -54,21 +85,13 @@ class Profiler:
 
         Args:
             reference_program: takes the inputs, returns the expected outputs (one tensor, or a
-                tuple/list in the order of `out_idx`).
+                tuple/list in the order of `out_idx`). An expected output that is None is not
+                compared (as in public TileLang, for outputs the reference cannot give).
             atol, rtol: as in `torch.isclose`.
             max_mismatched_ratio: the fraction of elements per output allowed outside the
                 tolerance (public TileLang's default, for rounding-order outliers in low precision).
         """
-        if not self.kernel.out_idx:
-            raise ValueError(
-                f"{self.kernel.name}: assert_allclose compares the outputs the kernel allocates, "
-                "and this kernel has none; compile it with out_idx=[...]"
-            )
-        inputs = list(input_tensors) if input_tensors is not None else self.get_inputs()
-        # The reference first: whatever the kernel might write by mistake into its inputs, the
-        # expected values are already computed from the original ones.
-        expected = _as_list(reference_program(*inputs))
-        got = _as_list(self.kernel(*inputs))
+        inputs, expected, got = self._run_both(reference_program, input_tensors, "assert_allclose")
         names = [self.kernel.params[k].name for k in self.kernel.out_idx]
         if len(expected) != len(got):
             raise AssertionError(
@@ -76,26 +99,99 @@ class Profiler:
                 f"the reference returned {len(expected)}"
             )
         for name, g, e in zip(names, got, expected):
-            check_close(f"{self.kernel.name}: output '{name}'", g, e, rtol, atol, max_mismatched_ratio)
+            if e is not None:
+                check_close(f"{self.kernel.name}: output '{name}'", g, e, rtol, atol, max_mismatched_ratio)
 
-    def do_bench(self, func=None, warmup=25, rep=100, n_warmup=None, n_repeat=None, input_tensors=None) -> float:
-        """Median time in milliseconds of `func(*inputs)` (default: the kernel) on the GPU.
+    def manual_assert_close(self, reference_program, input_tensors=None, manual_check_prog=None) -> None:
+        """Run the kernel and `reference_program` on the same inputs, then let
+        `manual_check_prog(outputs, expected)` judge (two lists; it raises to reject)."""
+        if manual_check_prog is None:
+            raise UserError("manual_assert_close needs manual_check_prog(outputs, expected), which raises to reject")
+        _, expected, got = self._run_both(reference_program, input_tensors, "manual_assert_close")
+        if len(expected) != len(got):
+            raise AssertionError(
+                f"{self.kernel.name} returns {len(got)} outputs, the reference returned {len(expected)}"
+            )
+        manual_check_prog(got, expected)
 
-        The inputs are drawn once per profiler and reused, so timing the kernel and a reference
-        with the same profiler compares them on the same data. `warmup` and `rep` are
-        milliseconds; `n_warmup`/`n_repeat` fix the run counts instead (see `tilelang.profiler.do_bench`).
+    def assert_consistent(self, repeat: int = 10) -> None:
+        """Raise AssertionError unless `repeat` more runs on the same inputs give exactly the first
+        run's outputs (a race between threads usually shows up as a difference)."""
+        import torch
+
+        inputs = self.get_inputs()
+        first = _as_list(self.kernel(*inputs))
+        for run in range(repeat):
+            for k, (a, b) in enumerate(zip(_as_list(self.kernel(*inputs)), first)):
+                if not torch.equal(a, b):
+                    n_bad = int((a != b).sum())
+                    raise AssertionError(
+                        f"{self.kernel.name}: output #{k} of run {run + 2} differs from the first run's in "
+                        f"{n_bad} of {a.numel()} elements on the same inputs"
+                    )
+
+    def _run_both(self, reference_program, input_tensors, what: str):
+        if not self.kernel.out_idx:
+            raise UserError(
+                f"{self.kernel.name}: {what} compares the outputs the kernel allocates, "
+                "and this kernel has none; compile it with out_idx=[...]"
+            )
+        inputs = list(input_tensors) if input_tensors is not None else self.get_inputs()
+        # The reference first: whatever the kernel might write by mistake into its inputs, the
+        # expected values are already computed from the original ones.
+        expected = _as_list(reference_program(*inputs))
+        got = _as_list(self.kernel(*inputs))
+        return inputs, expected, got
+
+    def do_bench(
+        self,
+        func=None,
+        warmup: float = 25,
+        rep: float = 100,
+        n_warmup: int = 0,
+        n_repeat: int = 0,
+        input_tensors=None,
+        backend: str = "event",
+        quantiles: list[float] | None = None,
+        return_mode: str = "mean",
+        dynamic_symbolic_constraints: dict | None = None,
+        device=None,
+        early_stop_baseline: float | None = None,
+    ):
+        """Time `func(*inputs)` (default: the kernel) on the GPU; see `tilelang.profiler.do_bench`
+        for `warmup`/`rep` (milliseconds), `n_warmup`/`n_repeat` (run counts, when positive),
+        `backend`, `quantiles`, `return_mode`, `device` and `early_stop_baseline`.
+
+        The inputs are `input_tensors`, or drawn once per profiler and reused, so timing the kernel
+        and a reference with the same profiler compares them on the same data; with
+        `dynamic_symbolic_constraints` ({"m": 2048}) they are drawn at those sizes.
         """
         if input_tensors is not None:
             inputs = list(input_tensors)
+        elif dynamic_symbolic_constraints is not None:
+            inputs = self._get_inputs(dynamic_symbolic_constraints=dynamic_symbolic_constraints)
         else:
             if self._bench_inputs is None:
                 self._bench_inputs = self.get_inputs()
             inputs = self._bench_inputs
         fn = func or self.kernel
-        return do_bench(lambda: fn(*inputs), warmup=warmup, rep=rep, n_warmup=n_warmup, n_repeat=n_repeat)
+        return do_bench(
+            lambda: fn(*inputs),
+            warmup=warmup,
+            rep=rep,
+            _n_warmup=n_warmup,
+            _n_repeat=n_repeat,
+            quantiles=quantiles,
+            backend=backend,
+            return_mode=return_mode,
+            device=device,
+            early_stop_baseline=early_stop_baseline,
+        )
 
 
 def _as_list(outputs) -> list:
+    if outputs is None:
+        return []
     if isinstance(outputs, (list, tuple)):
         return list(outputs)
     return [outputs]

@@ -12,11 +12,13 @@ import time
 
 import cloudpickle
 import pytest
+import torch
 
 import tilelang
 import tilelang.language as T
 from tilelang import cache
 from tilelang.autotuner import parallel
+from tilelang.errors import UserError
 from tilelang.jit.params import Param
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,7 +39,7 @@ def scale(N, block=128, factor=2.0):
     return main
 
 
-def fake_latency(profiler, func):
+def fake_latency(profiler, func, inputs, baseline):
     """Bigger blocks are "faster", except 256, which fails at run time."""
     block = profiler.kernel.config["block"]
     if block == 256:
@@ -45,12 +47,12 @@ def fake_latency(profiler, func):
     return 100.0 / block
 
 
-def no_bench(profiler, func):
+def no_bench(profiler, func, inputs, baseline):
     raise AssertionError("the tuning cache should have answered without timing anything")
 
 
 def tuned(bench, configs=CONFIGS, workers=None):
-    return tilelang.autotune(configs=configs, _bench=bench, _workers=workers)(scale)
+    return tilelang.autotune(configs=configs, _bench=bench, _workers=workers, _device="cpu")(scale)
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +121,7 @@ def test_a_second_process_gets_the_result_without_benchmarking(cache_dir):
 
 
 def test_the_result_cache_key_covers_the_configuration_list(cache_dir):
-    kernel = tuned(lambda profiler, func: 1.0, configs=CONFIGS[:1], workers=0)(4096)  # tuned anew
+    kernel = tuned(lambda *_: 1.0, configs=CONFIGS[:1], workers=0)(4096)  # tuned anew
     assert kernel.config == {"block": 64} and kernel.latency == 1.0
 
 
@@ -133,24 +135,35 @@ def test_nothing_working_lists_every_reason(cache_dir):
 
 
 class FakeJIT:
-    """A stand-in for @tilelang.jit whose kernels compute on the CPU: lets the reference check run."""
+    """A stand-in for @tilelang.jit whose kernels compute on the CPU: lets the reference check run.
+    `mode="eager"` makes it an eager jit: calling it runs the kernel, `compile` returns it."""
 
-    def __init__(self, factory):
+    def __init__(self, factory, mode="lazy"):
         self.factory, self.out_idx, self.target, self.pass_configs = factory, [-1], "sm_80", None
+        self.mode = mode
         self.calls = []
 
     def __call__(self, *args, **kwargs):
         self.calls.append((args, kwargs))
+        if self.mode == "eager":  # compile for the tensor's size, then run
+            return self.factory(args[0].numel(), **kwargs)(*args)
         return self.factory(*args, **kwargs)
+
+    def compile(self, *args, **kwargs):
+        self.calls.append(("compile", args, kwargs))
+        return self.factory(args[0].numel() if args else kwargs.pop("N"), **kwargs)
 
 
 class CPUKernel:
-    def __init__(self, n, fn):
+    def __init__(self, n, fn, name="cpu_scale"):
         self.params = [Param("A", (n,), "float32"), Param("B", (n,), "float32")]
-        self.out_idx, self.name, self.fn = [1], "cpu_scale", fn
+        self.out_idx, self.name, self.fn = [1], name, fn
 
     def _ensure_built(self):
         pass
+
+    def get_kernel_source(self):
+        return f"// {self.name}"
 
     def __call__(self, a):
         return self.fn(a)
@@ -168,17 +181,29 @@ def cpu_scale(N, unroll=1):
     return CPUKernel(N, run)
 
 
-def test_configurations_are_checked_against_the_reference(tmp_path, monkeypatch, caplog):
+def cpu_tuner(jit=None, configs=({"unroll": 1}, {"unroll": 2}, {"unroll": 3}), bench=None, **options):
+    """@tilelang.autotune over a FakeJIT of cpu_scale: inputs on the CPU, compiles in this process."""
+    bench = bench or (lambda profiler, func, inputs, baseline: 1.0 / profiler.kernel.config["unroll"])
+    return tilelang.autotune(configs=list(configs), _bench=bench, _workers=0, _device="cpu", **options)(
+        jit or FakeJIT(cpu_scale)
+    )
+
+
+@pytest.fixture
+def cache_off(tmp_path, monkeypatch):
+    """A tuning-result cache of its own for the test."""
     monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
-    jit = FakeJIT(cpu_scale)
-    tuner = tilelang.autotune(
-        configs=[{"unroll": 1}, {"unroll": 2}, {"unroll": 3}],
+    return tmp_path
+
+
+def test_configurations_are_checked_against_the_reference(cache_off, caplog):
+    tuner = cpu_tuner(
         ref_prog=lambda a: a * 2,
         max_mismatched_ratio=0.0,
-        _bench=lambda profiler, func: 0.5 if func is not None else 1.0 / profiler.kernel.config["unroll"],
-        _workers=0,
-        _device="cpu",
-    )(jit)
+        bench=lambda profiler, func, inputs, baseline: (
+            0.5 if func is not None else 1.0 / profiler.kernel.config["unroll"]
+        ),
+    )
     with caplog.at_level(logging.INFO, logger="tilelang"):
         best = tuner(512)
     assert best.config == {"unroll": 2} and best.latency == 0.5 and best.ref_latency == 0.5
@@ -187,12 +212,39 @@ def test_configurations_are_checked_against_the_reference(tmp_path, monkeypatch,
     )
 
 
-def test_all_tuned_arguments_given_means_no_tuning():
+def test_warmup_and_rep_are_run_counts_passed_to_do_bench(cache_off, monkeypatch):
+    """Public TileLang's autotuner hands warmup/rep to do_bench as n_warmup/n_repeat."""
+    from tilelang.profiler import Profiler
+
+    seen = []
+
+    def fake_do_bench(profiler, func=None, **options):
+        seen.append(options)
+        return 1.0 / profiler.kernel.config["unroll"]
+
+    monkeypatch.setattr(Profiler, "do_bench", fake_do_bench)
+    tuner = tilelang.autotune(configs=[{"unroll": 1}, {"unroll": 2}], warmup=4, rep=512, _workers=0, _device="cpu")
+    assert tuner(FakeJIT(cpu_scale))(64).config == {"unroll": 2}
+    assert seen[0]["n_warmup"] == 4 and seen[0]["n_repeat"] == 512 and seen[0]["backend"] == "event"
+    assert seen[0]["early_stop_baseline"] is None and len(seen[0]["input_tensors"]) == 1
+
+
+def test_any_tuned_argument_given_means_no_tuning(caplog):
     jit = FakeJIT(cpu_scale)
-    tuner = tilelang.autotune(configs=[{"unroll": 1}, {"unroll": 2}], _bench=no_bench, _workers=0)(jit)
+    tuner = cpu_tuner(jit, bench=no_bench)
     kernel = tuner(64, unroll=2)
     assert isinstance(kernel, CPUKernel) and jit.calls == [((64,), {"unroll": 2})]
     assert tuner(64, 2) is not None and jit.calls[-1] == ((64, 2), {})
+
+    def factory(N, block_M=64, block_N=64):
+        return CPUKernel(N, lambda a: a)
+
+    # Public TileLang compiles directly as soon as any tuned argument is given (a warning here).
+    two = FakeJIT(factory)
+    with caplog.at_level(logging.INFO, logger="tilelang"):
+        cpu_tuner(two, configs=[{"block_M": 64, "block_N": 64}], bench=no_bench)(64, block_M=32)
+    assert two.calls == [((64,), {"block_M": 32})]
+    assert "['block_M'] given, so no tuning (['block_N'] take their defaults)" in caplog.text
 
 
 def test_wrong_configurations_and_calls_are_clear_errors():
@@ -200,28 +252,268 @@ def test_wrong_configurations_and_calls_are_clear_errors():
         return None
 
     jit = FakeJIT(factory)
-    both = [{"block_M": 64, "block_N": 64}]
-    with pytest.raises(ValueError, match=r"\['block_M'\] given while \['block_N'\] are tuned"):
-        tilelang.autotune(configs=both, _workers=0)(jit)(64, block_M=32)
-    with pytest.raises(ValueError, match=r"configuration \{'block_K': 32\} sets \['block_K'\], which it does not"):
+    with pytest.raises(UserError, match=r"configuration \{'block_K': 32\} sets \['block_K'\], which it does not"):
         tilelang.autotune(configs=[{"block_K": 32}], _workers=0)(jit)(64)
-    with pytest.raises(ValueError, match="the configuration list is empty"):
+    with pytest.raises(UserError, match="the configuration list is empty"):
         tilelang.autotune(configs=lambda N: [], _workers=0)(jit)(64)
-    with pytest.raises(TypeError, match="goes above @tilelang.jit"):
-        tilelang.autotune(configs=both)(factory)
+    with pytest.raises(UserError, match="configurations are dicts of keyword arguments"):
+        tilelang.autotune(configs=[("block_M", 64)], _workers=0)(jit)(64)
+    with pytest.raises(UserError, match="pass_configs of .* is not a dict"):
+        tilelang.autotune(configs=[{"block_M": 64, "pass_configs": True}], _workers=0)(jit)(64)
+    with pytest.raises(UserError, match="goes above @tilelang.jit"):
+        tilelang.autotune(configs=[{"block_M": 64}])(factory)
+    with pytest.raises(UserError, match="needs configs="):
+        tilelang.autotune(warmup=3)
+    with pytest.raises(UserError, match="early_stop_factor must be at least 1.0, got 0.5"):
+        tilelang.autotune(configs=[{"block_M": 64}], early_stop=True, early_stop_factor=0.5)(jit)
 
 
-def test_configurations_from_a_callable_see_the_call(tmp_path, monkeypatch):
-    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
-    jit = FakeJIT(cpu_scale)
+def test_configurations_from_a_callable_see_the_call(cache_off):
     seen = []
 
     def configs(N):
         seen.append(N)
         return [{"unroll": u} for u in range(1, 3)]
 
-    tuner = tilelang.autotune(configs=configs, _bench=lambda p, f: -p.kernel.config["unroll"], _workers=0)(jit)
-    assert tuner(128).config == {"unroll": 2} and seen[0] == 128
+    tuner = tilelang.autotune(
+        configs=configs, _bench=lambda p, *_: -p.kernel.config["unroll"], _workers=0, _device="cpu"
+    )
+    assert tuner(FakeJIT(cpu_scale))(128).config == {"unroll": 2} and seen == [128]
+
+
+def test_early_stop_gives_do_bench_the_best_so_far_times_the_factor(cache_off):
+    baselines = []
+
+    def bench(profiler, func, inputs, baseline):
+        baselines.append(baseline)
+        return {1: 4.0, 2: 1.0, 3: 3.0}[profiler.kernel.config["unroll"]]
+
+    best = cpu_tuner(bench=bench, early_stop=True, early_stop_factor=1.5)(64)
+    assert best.config == {"unroll": 2} and baselines == [None, 6.0, 1.5]
+    baselines.clear()
+    cpu_tuner(bench=bench)(65)  # early_stop off: never a baseline
+    assert baselines == [None, None, None]
+
+
+def test_supply_prog_gives_the_inputs_and_manual_check_prog_judges(cache_off, caplog):
+    supplied, judged = [], []
+
+    def supply_prog(params):
+        supplied.append([(p.name, p.shape, p.dtype) for p in params])
+        return [torch.arange(64, dtype=params[0].dtype.as_torch())]  # public TileLang's params have as_torch
+
+    def manual_check_prog(outputs, expected):
+        judged.append(len(outputs))
+        torch.testing.assert_close(outputs[0], expected[0])
+
+    def bench(profiler, func, inputs, baseline):
+        assert torch.equal(inputs[0], torch.arange(64, dtype=torch.float32))
+        return 1.0 / profiler.kernel.config["unroll"]
+
+    with caplog.at_level(logging.INFO, logger="tilelang"):
+        best = cpu_tuner(
+            bench=bench, supply_prog=supply_prog, ref_prog=lambda a: a * 2, manual_check_prog=manual_check_prog
+        )(64)
+    assert best.config == {"unroll": 2} and supplied[0] == [("A", (64,), "float32")]
+    assert judged == [1, 1, 1] and "{'unroll': 3} fails: AssertionError" in caplog.text
+
+
+@pytest.mark.parametrize("cache_inputs", [True, False])
+def test_cache_input_tensors_times_every_configuration_on_the_same_inputs(cache_off, cache_inputs):
+    timed = []
+
+    def bench(profiler, func, inputs, baseline):
+        timed.append(inputs[0])
+        return 1.0
+
+    checked = []
+
+    def reference(a):
+        checked.append(a)
+        return a * 2
+
+    cpu_tuner(
+        bench=bench, configs=[{"unroll": 1}, {"unroll": 2}], ref_prog=reference, cache_input_tensors=cache_inputs
+    )(64)
+    assert (timed[0] is timed[1]) == cache_inputs
+    assert checked[0] is not checked[1]  # the check always draws fresh inputs
+
+
+def test_set_autotune_inputs_gives_the_inputs_to_every_configuration(cache_off):
+    from tilelang.autotuner import get_autotune_inputs, set_autotune_inputs
+
+    given = torch.full((64,), 3.0)
+    timed = []
+
+    def bench(profiler, func, inputs, baseline):
+        timed.append(inputs)
+        return 1.0 / profiler.kernel.config["unroll"]
+
+    assert get_autotune_inputs() is None
+    with set_autotune_inputs(given):
+        with set_autotune_inputs([torch.zeros(64)]) as inner:
+            assert get_autotune_inputs() is inner.tensors
+        assert get_autotune_inputs() == [given]
+        best = cpu_tuner(bench=bench, ref_prog=lambda a: a * 2)(64)
+    assert get_autotune_inputs() is None and best.config == {"unroll": 2}
+    # Cloned once: the same tensors for every configuration, equal to but not the user's.
+    # (The third timing is the reference's.)
+    assert len(timed) == 3 and timed[0] is timed[1] is timed[2]
+    assert timed[0][0] is not given and torch.equal(timed[0][0], given)
+
+
+def test_set_autotune_inputs_is_per_thread():
+    import threading
+
+    from tilelang.autotuner import get_autotune_inputs, set_autotune_inputs
+
+    seen = []
+    with set_autotune_inputs(torch.ones(2)):
+        thread = threading.Thread(target=lambda: seen.append(get_autotune_inputs()))
+        thread.start()
+        thread.join()
+    assert seen == [None]
+
+
+def test_a_configuration_past_the_timeout_is_skipped(cache_off, caplog):
+    def bench(profiler, func, inputs, baseline):
+        if profiler.kernel.config["unroll"] == 2:
+            time.sleep(5)
+        return 1.0 / profiler.kernel.config["unroll"]
+
+    start = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="tilelang"):
+        best = cpu_tuner(bench=bench, timeout=0.5)(64)
+    assert best.config == {"unroll": 3} and time.monotonic() - start < 4
+    assert "{'unroll': 2} fails: TimeoutError: checking and timing took longer than the timeout (0.5 s)" in caplog.text
+
+
+def test_eager_kernels_are_compiled_per_configuration_and_the_best_runs(cache_off):
+    jit = FakeJIT(cpu_scale, mode="eager")
+    tuner = cpu_tuner(jit, configs=[{"unroll": 1}, {"unroll": 2}])
+    a = torch.arange(8, dtype=torch.float32)
+    assert torch.equal(tuner(a), a * 2)  # tunes on drawn inputs, then runs the best on `a`
+    assert [c for c in jit.calls if c[0] == "compile"] == [
+        ("compile", (a,), {"unroll": 1}),
+        ("compile", (a,), {"unroll": 2}),
+    ]
+    assert jit.calls[-1] == ((a,), {"unroll": 2})
+    # Another tensor of the same shape, dtype and strides: no new tuning.
+    n_calls = len(jit.calls)
+    tuner(torch.ones(8))
+    assert len(jit.calls) == n_calls + 1
+    kernel = tuner.compile(N=16)
+    assert isinstance(kernel, CPUKernel) and kernel.config == {"unroll": 2} and kernel.latency == 0.5
+
+
+def test_do_not_specialize_reuses_the_tuning(cache_off):
+    runs = []
+
+    def factory(N, scale=1.0, unroll=1):
+        return cpu_scale(N, unroll)
+
+    bench = lambda profiler, func, inputs, baseline: runs.append(1) or 1.0 / profiler.kernel.config["unroll"]  # noqa: E731
+    tuner = cpu_tuner(
+        FakeJIT(factory), configs=[{"unroll": 1}, {"unroll": 2}], bench=bench, do_not_specialize=["scale"]
+    )
+    assert tuner(64, 1.0).config == {"unroll": 2} and len(runs) == 2
+    assert tuner(64, scale=3.0).config == {"unroll": 2} and len(runs) == 2
+    assert tuner(128, 1.0) is not None and len(runs) == 4  # N is specialized on
+
+
+def test_scheduling_options_are_accepted_and_said_what_they_do(cache_off, caplog):
+    from tilelang.autotuner import AutoTuner
+
+    tuner = AutoTuner.from_kernel(kernel=FakeJIT(cpu_scale), configs=[{"N": 32, "unroll": 1}])
+    tuner._bench, tuner._workers, tuner._device = (lambda *_: 1.0), 0, "cpu"
+    with caplog.at_level(logging.INFO, logger="tilelang"):
+        result = tuner.run(
+            use_pipeline=True, enable_grouped_compile=True, benchmark_multi_gpu=True, benchmark_devices=[0, 1]
+        )
+    assert result.latency == 1.0
+    assert "every configuration compiles in a process of its own" in caplog.text
+    assert (
+        "timing on several GPUs at once" in caplog.text and "timed one after another on the current GPU" in caplog.text
+    )
+    with pytest.raises(UserError, match="early_stop_factor must be at least 1.0"):
+        tuner.run(early_stop=True, early_stop_factor=0.9)
+
+
+def scale_kernel(N):
+    """A function returning a prim_func, for AutoTuner.from_kernel (public TileLang's API mode)."""
+
+    def kernel(block=128, factor=2.0):
+        @T.prim_func
+        def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+            with T.Kernel(T.ceildiv(N, block), threads=block) as bx:
+                for i in T.Parallel(block):
+                    B[bx * block + i] = A[bx * block + i] * factor
+
+        return main
+
+    return kernel
+
+
+def test_the_autotuner_api_with_per_configuration_pass_configs(cache_dir):
+    from tilelang.autotuner import AutoTuner, AutotuneResult
+
+    fast = {tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True}
+    configs = [{"block": 64}, {"block": 128, "pass_configs": fast}]
+
+    def make(bench):
+        tuner = (
+            AutoTuner.from_kernel(kernel=scale_kernel(2048), configs=configs)
+            .set_compile_args(out_idx=[-1], target="sm_80")
+            .set_profile_args(supply_type=tilelang.TensorSupplyType.Integer, cache_input_tensors=True)
+        )
+        tuner._bench, tuner._device = bench, "cpu"
+        return tuner
+
+    result = make(lambda profiler, *_: 64.0 / profiler.kernel.config["block"]).run(warmup=3, rep=20)
+    assert isinstance(result, AutotuneResult) and result.config == configs[1] and result.latency == 0.5
+    assert result.kernel.pass_configs.get("tl.enable_fast_math") is True and result.ref_latency is None
+    assert result.libcode == result.kernel.get_kernel_source() and "__global__" in result.libcode
+    assert result.kernel.config == configs[1] and result.kernel.latency == 0.5
+    # A second tuner: the tuning-result cache answers, the winner keeps its pass configs.
+    again = make(no_bench).run(warmup=3, rep=20)
+    assert again.config == configs[1] and again.kernel.pass_configs.get("tl.enable_fast_math") is True
+    with pytest.raises(UserError, match="unknown backend 'nvtx'"):
+        make(no_bench).set_profile_args(backend="nvtx")
+
+
+@tilelang.jit(target="sm_80")
+def eager_scale(A, block=128):
+    N = T.const("N")
+    A: T.Tensor((N,), "float32")
+    B = T.empty((N,), "float32")
+    with T.Kernel(T.ceildiv(N, block), threads=block) as bx:
+        for i in T.Parallel(block):
+            B[bx * block + i] = A[bx * block + i] * 2.0
+    return B
+
+
+def test_an_eager_kernel_tunes_through_compile_processes(cache_dir):
+    """`.compile(N=...)` on an eager kernel: its compile-time values travel to the compile processes,
+    which build each configuration into the disk cache; the best comes back with its result."""
+    assert eager_scale.mode == "eager"
+    tuner = tilelang.autotune(
+        configs=[{"block": 64}, {"block": 128}], _bench=lambda p, *_: 64.0 / p.kernel.config["block"], _device="cpu"
+    )(eager_scale)
+    kernel = tuner.compile(N=8192)
+    assert kernel.config == {"block": 128} and kernel.latency == 0.5
+    assert [p.name for p in kernel.params] == ["A", "B"] and kernel.params[0].shape == (8192,)
+    assert tuner.compile(N=8192, block=64).config is None  # a tuned value given: compiled as asked
+
+
+def test_autotune_over_a_prim_func_says_there_is_nothing_to_tune():
+    @T.prim_func
+    def main(A: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128):
+            for i in T.Parallel(128):
+                A[i] = 0.0
+
+    with pytest.raises(UserError, match="a @T.prim_func has no arguments to tune"):
+        tilelang.autotune(configs=[{"block": 64}])(tilelang.jit(target="sm_80")(main))
 
 
 # ---- the compile pool ------------------------------------------------------------------------------
@@ -236,7 +528,8 @@ def crash(N):
 
 
 def job(factory, *args, **kwargs):
-    return cloudpickle.dumps((factory, factory.__code__.co_filename, [-1], "sm_80", None, args, kwargs))
+    options = {"out_idx": [-1], "target": "sm_80"}
+    return cloudpickle.dumps((factory, factory.__code__.co_filename, options, "lazy", args, kwargs))
 
 
 def test_a_factory_sent_by_value_finds_its_source_again():
@@ -276,9 +569,9 @@ def test_a_factory_that_cannot_be_sent_compiles_here(cache_dir, caplog):
     lock = threading.Lock()  # cloudpickle cannot send a lock to a worker
 
     def locked_scale(N, block=64):
-        with lock:
-            return scale.factory(N, block)
+        assert not lock.locked()
+        return scale.factory(N, block)
 
     jit = tilelang.jit(out_idx=[-1], target="sm_80")(locked_scale)
-    best = tilelang.autotune(configs=[{"block": 64}, {"block": 128}], _bench=lambda p, f: 1.0)(jit)(1024)
+    best = tilelang.autotune(configs=[{"block": 64}, {"block": 128}], _bench=lambda *_: 1.0, _device="cpu")(jit)(1024)
     assert best.config == {"block": 64} and "compiling in this process (cannot send the factory" in caplog.text
