@@ -58,10 +58,10 @@ def build(payload: bytes) -> str | None:
     try:
         import cloudpickle
 
-        import tilelang
+        from tilelang.jit import jit as make_jit
 
         factory, filename, options, mode, args, kwargs = cloudpickle.loads(payload)
-        jit = tilelang.jit(**options)(with_filename(factory, filename))
+        jit = make_jit(**options)(with_filename(factory, filename))
         kernel = jit.compile(*args, **kwargs) if mode == "eager" else jit(*args, **kwargs)
         kernel._ensure_built()
     except Exception as err:  # noqa: BLE001 - any failure only disqualifies this configuration

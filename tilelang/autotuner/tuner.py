@@ -598,23 +598,21 @@ def _is_jit(obj) -> bool:
 def jit_options(jit) -> dict:
     """The keyword arguments of `tilelang.jit` that made `jit`, read from its attributes of the
     same names (the ones it has and has set)."""
-    import tilelang
+    from tilelang.jit import jit as make_jit
 
-    names = [
-        n for n, p in inspect.signature(tilelang.jit).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
-    ]
+    names = [n for n, p in inspect.signature(make_jit).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
     return {n: getattr(jit, n) for n in names if getattr(jit, n, None) is not None}
 
 
 def _make_jit(factory, options: dict):
-    import tilelang
+    from tilelang.jit import jit as make_jit
 
-    return tilelang.jit(**options)(factory)
+    return make_jit(**options)(factory)
 
 
 def jit_mode(jit, args, kwargs) -> str:
-    """ "lazy" (the factory returns a prim_func; calling the jit gives a kernel) or "eager" (the
-    function is the kernel body; calling the jit runs it), as the jit object tells."""
+    """The jit's form, as it tells: "lazy" (the factory returns a prim_func; calling the jit gives a
+    kernel) or "eager" (the function is the kernel body; calling the jit runs it)."""
     infer = getattr(jit, "initialize_jit_mode", None)
     mode = infer(*args, **kwargs) if callable(infer) else getattr(jit, "mode", "lazy")
     return mode if mode in ("lazy", "eager") else "lazy"

@@ -11,7 +11,7 @@ name this same class.
 
 from tilelang.profiler.bench import BACKENDS, RETURN_MODES, available_backends, do_bench, do_bench_in_turn
 from tilelang.profiler.profiler import Profiler, check_close
-from tilelang.profiler.tensor_supply import TensorSupplyType, get_tensor_supply, supply_tensor
+from tilelang.profiler.tensor_supply import TensorSupplyType, supply_tensor
 
 __all__ = [
     "BACKENDS",
@@ -22,6 +22,5 @@ __all__ = [
     "check_close",
     "do_bench",
     "do_bench_in_turn",
-    "get_tensor_supply",
     "supply_tensor",
 ]

@@ -1,4 +1,4 @@
-"""Random inputs for a kernel's parameters: `TensorSupplyType`, `supply_tensor`, `get_tensor_supply`.
+"""Random inputs for a kernel's parameters: `TensorSupplyType` and `supply_tensor`.
 
 The profiler and the autotuner draw inputs from a kernel's parameter list alone (name, shape,
 dtype), so a kernel can be checked and timed without the user writing any set-up code:
@@ -98,12 +98,6 @@ def supply_tensor(param, supply_type: TensorSupplyType, device="cuda", sizes: di
     else:  # Randn
         values.normal_(0.0, 1.0)
     return values.to(torch_dtype)
-
-
-def get_tensor_supply(supply_type: TensorSupplyType = TensorSupplyType.Integer, device="cuda"):
-    """`param -> tensor`, drawing per `supply_type` (public TileLang's name; Integer is its default)."""
-    kind = TensorSupplyType(supply_type)
-    return lambda param: supply_tensor(param, kind, device)
 
 
 def _fixed_shape(name: str, shape: tuple, sizes: dict | None) -> tuple:

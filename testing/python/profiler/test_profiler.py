@@ -8,7 +8,7 @@ import tilelang
 import tilelang.language as T
 from tilelang.errors import UserError
 from tilelang.jit.params import Param
-from tilelang.profiler import Profiler, TensorSupplyType, check_close, do_bench, get_tensor_supply, supply_tensor
+from tilelang.profiler import Profiler, TensorSupplyType, check_close, do_bench, supply_tensor
 
 DTYPES = ["float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"]
 DTYPES += ["int8", "int32", "int64", "uint8", "bool"]
@@ -57,15 +57,13 @@ def test_supply_sizes_dynamic_dimensions_from_the_given_sizes():
         supply_tensor(param, TensorSupplyType.Randn, device="cpu", sizes={"n": 3})
 
 
-def test_get_tensor_supply_draws_per_kind_and_takes_public_style_params():
+def test_supply_takes_public_style_params():
     class KernelParam:  # what public TileLang passes around: no name, a dtype object
         shape = [4, 5]
         dtype = torch.bfloat16
 
-    ones = get_tensor_supply(TensorSupplyType.One, device="cpu")(KernelParam())
+    ones = supply_tensor(KernelParam(), TensorSupplyType.One, device="cpu")
     assert ones.dtype == torch.bfloat16 and (ones == 1).all()
-    ints = get_tensor_supply(device="cpu")(Param("B", (100,), "float32"))  # Integer, public's default
-    assert (ints == ints.round()).all() and ints.abs().max() <= 2
 
 
 def test_dynamic_dimension_asks_for_input_tensors():
