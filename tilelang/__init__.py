@@ -28,7 +28,7 @@ from tilelang.options import PassConfigKey  # noqa: E402,F401
 # Tuning, profiling and exported kernels, on top of the jit.
 from tilelang.autotuner import autotune  # noqa: E402,F401
 from tilelang.jit.exported import load_library  # noqa: E402,F401
-from tilelang.profiler import TensorSupplyType  # noqa: E402,F401
+from tilelang.profiler import Profiler, TensorSupplyType  # noqa: E402,F401
 
 # isort: split
 # The public TileLang's package-level helpers (see README, "Compatibility with the public TileLang").
