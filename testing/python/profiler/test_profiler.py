@@ -185,7 +185,7 @@ def test_jit_kernel_gives_a_profiler_over_its_inputs():
     assert profiler.supply_type is TensorSupplyType.Randn and profiler.device == "cuda"
     assert [p.name for p in profiler.input_params] == ["X", "Y"]
     assert kernel.get_profiler().supply_type is TensorSupplyType.Auto
-    assert tilelang.TensorSupplyType is TensorSupplyType
+    assert tilelang.TensorSupplyType is TensorSupplyType and tilelang.Profiler is Profiler
 
 
 def test_do_bench_in_turn_times_the_functions_in_turn_and_takes_medians(monkeypatch):
