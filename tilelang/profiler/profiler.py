@@ -13,7 +13,7 @@ Made by `kernel.get_profiler(tensor_supply_type)`. It works from the kernel's pa
 from __future__ import annotations
 
 from tilelang.errors import UserError
-from tilelang.profiler.bench import do_bench
+from tilelang.profiler import bench
 from tilelang.profiler.tensor_supply import TensorSupplyType, supply_tensor
 
 
@@ -164,29 +164,31 @@ class Profiler:
 
         The inputs are `input_tensors`, or drawn once per profiler and reused, so timing the kernel
         and a reference with the same profiler compares them on the same data; with
-        `dynamic_symbolic_constraints` ({"m": 2048}) they are drawn at those sizes.
+        `dynamic_symbolic_constraints` ({"m": 2048}) they are drawn at those sizes, and with `device`
+        on that device.
         """
-        if input_tensors is not None:
-            inputs = list(input_tensors)
-        elif dynamic_symbolic_constraints is not None:
-            inputs = self._get_inputs(dynamic_symbolic_constraints=dynamic_symbolic_constraints)
-        else:
-            if self._bench_inputs is None:
-                self._bench_inputs = self.get_inputs()
-            inputs = self._bench_inputs
-        fn = func or self.kernel
-        return do_bench(
-            lambda: fn(*inputs),
-            warmup=warmup,
-            rep=rep,
-            _n_warmup=n_warmup,
-            _n_repeat=n_repeat,
-            quantiles=quantiles,
-            backend=backend,
-            return_mode=return_mode,
-            device=device,
-            early_stop_baseline=early_stop_baseline,
-        )
+        with bench._device_scope(device):
+            if input_tensors is not None:
+                inputs = list(input_tensors)
+            elif dynamic_symbolic_constraints is not None or device is not None:
+                inputs = self._get_inputs(dynamic_symbolic_constraints=dynamic_symbolic_constraints)
+            else:
+                if self._bench_inputs is None:
+                    self._bench_inputs = self.get_inputs()
+                inputs = self._bench_inputs
+            fn = func or self.kernel
+            return bench.do_bench(
+                lambda: fn(*inputs),
+                warmup=warmup,
+                rep=rep,
+                _n_warmup=n_warmup,
+                _n_repeat=n_repeat,
+                quantiles=quantiles,
+                backend=backend,
+                return_mode=return_mode,
+                device=device,
+                early_stop_baseline=early_stop_baseline,
+            )
 
 
 def _as_list(outputs) -> list:

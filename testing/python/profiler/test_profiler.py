@@ -257,15 +257,18 @@ def test_assert_consistent_catches_a_kernel_that_varies_between_runs():
 
 
 def test_profiler_do_bench_passes_every_option_on(monkeypatch):
-    from tilelang.profiler import profiler as profiler_module
+    import contextlib
 
-    calls = []
+    from tilelang.profiler import bench
+
+    calls, scopes = [], []
 
     def fake_do_bench(fn, **options):
         calls.append((fn(), options))
         return 1.5
 
-    monkeypatch.setattr(profiler_module, "do_bench", fake_do_bench)
+    monkeypatch.setattr(bench, "do_bench", fake_do_bench)
+    monkeypatch.setattr(bench, "_device_scope", lambda device: scopes.append(device) or contextlib.nullcontext())
     kernel = add_kernel(lambda a, b: (a, b), dtype="float32", n=4)
     profiler = Profiler(kernel, TensorSupplyType.Randn, device="cpu")
     a, b = torch.ones(4), torch.zeros(4)
@@ -274,7 +277,7 @@ def test_profiler_do_bench_passes_every_option_on(monkeypatch):
         return_mode="max", device=1, early_stop_baseline=2.0,
     )  # fmt: skip
     ((got, options),) = calls
-    assert ms == 1.5 and got[0] is a and got[1] is b
+    assert ms == 1.5 and got[0] is a and got[1] is b and scopes == [1]
     assert options == dict(
         warmup=5, rep=50, _n_warmup=3, _n_repeat=7, quantiles=[0.5, 0.9], backend="cupti", return_mode="max",
         device=1, early_stop_baseline=2.0,
