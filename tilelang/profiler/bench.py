@@ -72,9 +72,10 @@ def do_bench(
         device: the CUDA device to time on (index, "cuda:1" or torch.device); default: current.
         cache_size: MiB zeroed before each run to evict the inputs from L2 (50 MB on H100/H200);
             0 turns the flush off.
-        early_stop_baseline: when the first estimate of one run already exceeds this many
-            milliseconds, return the estimate without timing further (the autotuner passes its
-            best time so far, times a factor, to skip configurations that cannot win).
+        early_stop_baseline: when the first estimate of `fn`'s time (five runs, CUDA events, the
+            flush not counted) already exceeds this many milliseconds, return the estimate without
+            timing further (the autotuner passes its best time so far, times a factor, to skip
+            configurations that cannot win).
 
     Raises:
         UserError: for an unknown backend or return mode, a quantile outside [0, 1], no CUDA
@@ -91,12 +92,14 @@ def do_bench(
 
         fn()  # the first call may load the module and the cubin: not part of the estimate
         _synchronize()
-        # The estimate includes the flush, so the budgets bound the wall time, not only fn's.
-        estimate = max(_estimate_ms(one_run, 5), 1e-4)
-        if early_stop_baseline is not None and estimate > early_stop_baseline:
-            return _summarize([estimate], quantiles, return_mode)
-        n_warmup = _n_warmup if _n_warmup > 0 else max(1, int(warmup / estimate))
-        n_repeat = _n_repeat if _n_repeat > 0 else max(1, int(rep / estimate))
+        fn_ms, run_ms = _estimate_ms(fn, flush, 5)
+        # Early stop compares fn's own time: the flush (tens of us) would stop every fast kernel.
+        if early_stop_baseline is not None and fn_ms > early_stop_baseline:
+            return _summarize([fn_ms], quantiles, return_mode)
+        # The budgets count the flush too, so that they bound the wall time, not only fn's.
+        run_ms = max(run_ms, 1e-4)
+        n_warmup = _n_warmup if _n_warmup > 0 else max(1, int(warmup / run_ms))
+        n_repeat = _n_repeat if _n_repeat > 0 else max(1, int(rep / run_ms))
         for _ in range(n_warmup):
             one_run()
         times = _TIMERS[backend](fn, flush, n_repeat)
@@ -193,17 +196,25 @@ def _synchronize() -> None:
     torch.cuda.synchronize()
 
 
-def _estimate_ms(run, n: int) -> float:
-    """The mean time of `run()` over `n` back-to-back runs."""
+def _estimate_ms(fn, flush, n: int) -> tuple[float, float]:
+    """Over `n` back-to-back runs of a flush then `fn`: the mean time of `fn` alone, and of a whole
+    run (flush included)."""
     import torch
 
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    def event():
+        return torch.cuda.Event(enable_timing=True)
+
+    start, end = event(), event()
+    marks = [(event(), event()) for _ in range(n)]
     start.record()
-    for _ in range(n):
-        run()
+    for s, e in marks:
+        flush.zero_()
+        s.record()
+        fn()
+        e.record()
     end.record()
     torch.cuda.synchronize()
-    return start.elapsed_time(end) / n
+    return sum(s.elapsed_time(e) for s, e in marks) / n, start.elapsed_time(end) / n
 
 
 # ---- the backends: each returns the time of every timed run, in ms ------------------------------

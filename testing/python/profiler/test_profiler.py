@@ -302,7 +302,8 @@ class FakeGPU:
     def __init__(self, monkeypatch):
         from tilelang.profiler import bench
 
-        self.estimate = 2.0
+        self.estimate = 2.0  # fn's own time
+        self.run_estimate = None  # a whole run's, flush included (default: the same)
         self.times = None
         self.calls = []
         self.flushes = 0
@@ -323,7 +324,14 @@ class FakeGPU:
         monkeypatch.setattr(bench, "_require_cuda", lambda backend: None)
         monkeypatch.setattr(bench, "_flush_buffer", lambda size, fast: Flush())
         monkeypatch.setattr(bench, "_synchronize", lambda: None)
-        monkeypatch.setattr(bench, "_estimate_ms", lambda run, n: [run() for _ in range(n)] and self.estimate)
+
+        def estimate(fn, flush, n):
+            for _ in range(n):
+                flush.zero_()
+                fn()
+            return self.estimate, self.run_estimate or self.estimate
+
+        monkeypatch.setattr(bench, "_estimate_ms", estimate)
         for name in bench.BACKENDS:
             monkeypatch.setitem(bench._TIMERS, name, timer(name))
 
@@ -369,6 +377,10 @@ def test_do_bench_stops_early_above_the_baseline(fake_gpu):
     assert do_bench(lambda: 1.0, early_stop_baseline=4.0) == 5.0 and fake_gpu.calls == []
     assert do_bench(lambda: 1.0, early_stop_baseline=4.0, quantiles=[0.2, 0.8]) == [5.0, 5.0]
     assert do_bench(lambda: 1.0, early_stop_baseline=6.0) == 1.0 and len(fake_gpu.calls) == 1
+    # fn's own time decides, not the flush's: a 1 ms kernel behind a 2 ms flush goes on, and the
+    # budgets count whole runs (25 / 3 ms: 8 warm-up runs, 100 / 3 ms: 33 timed).
+    fake_gpu.estimate, fake_gpu.run_estimate = 1.0, 3.0
+    assert do_bench(lambda: 1.0, early_stop_baseline=2.0) == 1.0 and fake_gpu.calls[-1] == ("event", 33)
 
 
 def test_do_bench_rejects_unknown_options_naming_the_known_ones():
