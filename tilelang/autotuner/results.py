@@ -2,9 +2,11 @@
 
 One JSON file per tuning problem under `<TILELANG_CACHE_DIR>/autotuner/`. The key covers what
 decides the winner: the kernel's own cache key without the tuned arguments (factory source and
-closure, call arguments, out_idx, target, pass configs, compiler versions; see tilelang/cache.py),
-the configuration list, how candidates are checked and timed, and the GPU's name (an H100 and an
-H200 share sm_90a but not their best tiles). A record holds the index of the winner in the
+closure, call arguments (tensors by dtype, shape and strides), out_idx, target, pass configs,
+compiler versions; see tilelang/cache.py), the configuration list, how candidates are checked and
+timed (reference and supply functions by name and source; the inputs of `set_autotune_inputs` by
+dtype and shape, not values), and the GPU's name (an H100 and an H200 share sm_90a but not their
+best tiles). A record holds the index of the winner in the
 configuration list, so configurations need not be JSON-serializable; their repr is kept beside it
 for people reading the file and as a consistency check.
 
