@@ -199,3 +199,12 @@ def _collect(node, kind):
     out = []
     tvm_ffi.structural_walk(node, [(kind, out.append)], order="pre")
     return out
+
+
+def test_tilelang_language_dtypes_module():
+    from tilelang.language.dtypes import _TORCH_DTYPE_TO_STR, dtype, float16, get_tvm_dtype
+
+    assert dtype is T.dtype and float16 is T.float16
+    assert dtype(_TORCH_DTYPE_TO_STR[torch.bfloat16]) == T.bfloat16
+    assert _TORCH_DTYPE_TO_STR[torch.float8_e4m3fn] == "float8_e4m3fn"
+    assert get_tvm_dtype(torch.float32) == T.float
