@@ -26,7 +26,7 @@ import time
 import tvm_ffi
 
 from tilelang import env
-from tilelang.codegen import register_counts
+from tilelang.codegen import register_counts, templates, workspace
 from tilelang.engine import callback
 from tilelang.utils.target import arch_of
 
@@ -36,7 +36,7 @@ _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the 
 # headers a kernel uses are included, since the CuTe-based ones cost seconds of nvcc time.
 _HEADERS = [
     ("tl::shfl_xor", "reduce.h"),
-    ("tl::atomic_add", "atomic.h"),
+    ("tl::atomic_", "atomic.h"),
     ("tl::gemm_", "gemm_mma.h"),
     ("tl::wgmma_", "gemm_wgmma.h"),
     ("tl::cp_async", "copy_async.h"),
@@ -45,14 +45,9 @@ _HEADERS = [
 ]
 
 
-_WGMMA_CALL = re.compile(r"tl::wgmma_(?:ss|rs)<\d+, (\d+), \d+, \d+, (\d+),")
-
-
-def _with_headers(code: str) -> str:
-    from tilelang.op.gemm.wgmma import N_SIZES
-
+def _with_headers(code: str, kernels: dict) -> str:
     lines = ['#include "tl_templates/cuda/common.h"']
-    if any(int(n) // int(wg_n) not in N_SIZES for n, wg_n in _WGMMA_CALL.findall(code)):
+    if any(k.extended_wgmma_n for k in kernels.values()):
         lines.insert(0, "#define TL_WGMMA_EXTENDED_N 1  // a wgmma N only CuTe's extended atoms have")
     needed = [h for name, h in _HEADERS if name in code]
     lines += [f'#include "tl_templates/cuda/{h}"' for h in dict.fromkeys(needed)]  # each once, in order
@@ -74,11 +69,6 @@ def _source_only():
             tvm_ffi.register_global_func(name, original, override=True)
 
 
-def _device_module(lowered):
-    with _source_only():
-        return _build_utils.codegen_build(lowered.device_mod, lowered.target)
-
-
 def device_source(lowered) -> str:
     """The device unit (what `kernel.get_kernel_source()` shows), after the user's post-processing
     hook if one is registered (`tilelang.engine.callback`): it sees the complete source, last."""
@@ -86,28 +76,27 @@ def device_source(lowered) -> str:
 
 
 def _generated_source(lowered) -> str:
-    code = _device_module(lowered).inspect_source("cuda")
+    # Intrinsics become the template calls they stand for (`templates.py`), just before TVM's codegen.
+    device_mod, kernels = templates.spell(lowered.device_mod)
+    with _source_only():
+        code = _build_utils.codegen_build(device_mod, lowered.target).inspect_source("cuda")
     # Swizzled tiles (wgmma descriptors, TMA boxes) sit at 1024-byte offsets of the shared block,
     # and the hardware swizzles absolute address bits: the block itself starts on 1024 bytes.
     code = re.sub(r"extern __shared__ __align__\(\d+\) ", "extern __shared__ __align__(1024) ", code)
-    return _with_headers(_with_one_block_per_sm(_with_cluster_dims(code)))
+    return _with_headers(_with_one_block_per_sm(_with_cluster_dims(code, kernels)), kernels)
 
 
-_CLUSTER_MARK = re.compile(r"tl::cluster_dims<(\d+), (\d+), (\d+)>\(\)")
-
-
-def _with_cluster_dims(code: str) -> str:
-    """`__cluster_dims__(x, y, z)` on each kernel whose body calls `tl::cluster_dims<x, y, z>()`
-    (the pipeline planner's mark of a kernel run in clusters of blocks)."""
-    starts = [m.start() for m in _KERNEL_DEF.finditer(code)] + [len(code)]
+def _with_cluster_dims(code: str, kernels: dict) -> str:
+    """`__cluster_dims__(x, y, z)` on each kernel launched in clusters of blocks (its
+    `cluster_dims` intrinsic, the pipeline planner's record)."""
     out, last = [], 0
-    for a, b in zip(starts, starts[1:]):
-        mark = _CLUSTER_MARK.search(code, a, b)
-        if mark:
-            out.append(code[last:a])
-            head = 'extern "C" __global__ void '
-            out.append(code[a : a + len(head)] + f"__cluster_dims__({', '.join(mark.groups())}) ")
-            last = a + len(head)
+    head = 'extern "C" __global__ void '
+    for m in _KERNEL_DEF.finditer(code):
+        facts = kernels.get(m.group(1))
+        if facts is not None and facts.cluster_dims is not None:
+            out.append(code[last : m.start() + len(head)])
+            out.append(f"__cluster_dims__({', '.join(map(str, facts.cluster_dims))}) ")
+            last = m.start() + len(head)
     return "".join(out) + code[last:]
 
 
@@ -151,10 +140,12 @@ def kernel_bodies(device_src: str) -> dict[str, str]:
 
 def host_source(lowered, device_src: str) -> str:
     """The host unit: TVM's launcher, its kernel references bound to the cubin's kernels."""
-    code = _build_utils.codegen_build(lowered.host_mod, lowered.target.host).inspect_source()
+    host_mod, has_workspaces = workspace.rename_calls(lowered.host_mod)  # T.alloc_global buffers
+    code = _build_utils.codegen_build(host_mod, lowered.target.host).inspect_source()
     # TMA descriptors are encoded through the driver, reached via the runtime (no -lcuda to link).
     code = code.replace("cuTensorMapEncodeTiled(", "tl_host::tensor_map_encode_tiled(")
     code = code.replace("cuGetErrorString(", "tl_host::driver_error_string(")
+    code = workspace.bind(code) if has_workspaces else code
     lines = ['#include "tl_templates/host/launch.h"']
     for name, types in kernel_signatures(device_src).items():
         sig = f"tl_host::Kernel<void({', '.join(types)})>"

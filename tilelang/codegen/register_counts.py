@@ -3,7 +3,7 @@
 `setmaxnreg.inc` may only raise a warpgroup's count: asked for less than the count the kernel runs
 with, the GPU stops the kernel with an illegal instruction. (`setmaxnreg.dec` above the launch count
 runs: 64 and 160 in a 384-thread kernel launched with fewer, on the H200; above the launch bound's
-cap ptxas refuses it, and transform/register_budget.py says so first.) The launch count is
+cap ptxas refuses it, and transform/check_register_budget.py says so first.) The launch count is
 ptxas's choice (the launch bound's cap, 168 for 384 threads, when some warpgroup raises its count
 far; less otherwise), known only from its `-v` report, so kernels that call setmaxnreg are assembled
 with it and checked here. Seen on the H200: warpgroups at 240 and 160 in a 384-thread kernel that
@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 import warnings
 
+from tilelang.codegen import templates
 from tilelang.errors import UserError
-from tilelang.language.barriers import SETMAXNREG_CALL
 
 PTXAS_VERBOSE = ["-Xptxas", "-v"]
 _ENTRY = re.compile(r"Compiling entry function '(\w+)'")
@@ -26,7 +26,7 @@ _USED = re.compile(r"Used (\d+) registers")
 def wanted(device_src: str) -> bool:
     """Whether the source (a device unit or a kernel of it) calls setmaxnreg (a unit that does is
     assembled with `PTXAS_VERBOSE`)."""
-    return "tl::setmaxnreg_" in device_src
+    return bool(templates.setmaxnreg_calls(device_src))
 
 
 def launch_counts(ptxas_log: str) -> dict[str, int]:
@@ -53,8 +53,7 @@ def check(kernel_bodies: dict[str, str], ptxas_log: str) -> None:
         if kernel not in counts:
             continue
         launched = (counts[kernel] + 7) // 8 * 8  # registers are allocated 8 per thread at a time
-        for kind, registers in SETMAXNREG_CALL.findall(body):
-            registers = int(registers)
+        for kind, registers in templates.setmaxnreg_calls(body):
             if kind == "inc" and registers < launched:
                 raise UserError(
                     f"T.set_max_nreg({registers}, 1) in kernel '{kernel}': ptxas launches the kernel with "

@@ -21,6 +21,7 @@ from tilelang.options import CompileOptions
 from tilelang.transform.align_shared_tiles import align_shared_tiles
 from tilelang.transform.check_descriptor_alignment import check_descriptor_alignment
 from tilelang.transform.check_hopper_primitives import check_hopper_primitives
+from tilelang.transform.check_register_budget import check_register_budget
 from tilelang.transform.check_shared_memory import SharedMemoryOverLimit, check_shared_memory, user_shared_tiles
 from tilelang.transform.common import collect
 from tilelang.transform.consumer_barriers import consumer_barriers
@@ -32,6 +33,7 @@ from tilelang.transform.lower_tile_ops import lower_tile_ops
 from tilelang.transform.lower_tma_copies import lower_tma_copies
 from tilelang.transform.pipeline_loops import pipeline_loops
 from tilelang.transform.rasterize_blocks import rasterize_blocks
+from tilelang.transform.select_gemm_instructions import select_gemm_instructions
 from tilelang.transform.specialize_uniform_masks import specialize_uniform_masks
 from tilelang.transform.stage_fragment_stores import stage_fragment_stores
 from tilelang.transform.sync_thread_branches import expose_thread_branches, restore_thread_branches, thread_sync
@@ -50,6 +52,12 @@ def _tile_passes(options: CompileOptions):
     return [
         # The hand-written warp-specialization primitives off sm_90a: an error before anything else.
         ("check_hopper_primitives", check_hopper_primitives),
+        # The warpgroups' T.set_max_nreg counts against the registers the block has, while the
+        # thread branches they sit in are as the user wrote them.
+        ("check_register_budget", check_register_budget),
+        # Each T.gemm's instruction (mma.sync or wgmma) and plan, decided once from the threads of
+        # its scope and recorded on the call: the pipeline planner, layout inference and lowering read it.
+        ("select_gemm_instructions", opt(select_gemm_instructions)),
         # On sm_90a, copies to shared memory that run once per kernel become TMA loads; the
         # pipeline planner then knows which tiles only TMA writes (no proxy fence before wgmma).
         ("lower_tma_copies", opt(lower_tma_copies)),

@@ -22,11 +22,10 @@ landed); `T.barrier_wait(bar, p)` returns once the phase with parity p has compl
 
 from __future__ import annotations
 
-import re
-
 from tvm import ir, tirx
 from tvm.script.ir_builder import tirx as _tb
 
+from tilelang import intrinsics
 from tilelang.errors import UserError
 from tilelang.language.kernel import get_thread_binding
 from tilelang.op import base, tma
@@ -165,10 +164,6 @@ def tma_copy(src, dst, barrier):
     return tma.make(s, d, _address(barrier), one_thread=True).value
 
 
-# The device call T.set_max_nreg makes, as later passes find it (in the IR and in the CUDA source).
-SETMAXNREG_CALL = re.compile(r"tl::setmaxnreg_(inc|dec)<(\d+)>")
-
-
 def set_max_nreg(reg_count: int, is_inc: int):
     """`setmaxnreg`: this warpgroup's registers per thread become `reg_count` (a multiple of 8 in
     [24, 256]), raised when `is_inc` (consumers), lowered otherwise (a producer gives registers
@@ -176,7 +171,7 @@ def set_max_nreg(reg_count: int, is_inc: int):
     most what the block is launched with (65536 / threads each, a multiple of 8: 3 x 168 for 384
     threads, so 240 + 240 + 24), and a count is raised only above the count ptxas launches the
     kernel with. Compilation checks both: the first from the source
-    (transform/register_budget.py), the second from ptxas's report (codegen/register_counts.py)."""
+    (transform/check_register_budget.py), the second from ptxas's report (codegen/register_counts.py)."""
     if not isinstance(reg_count, int) or reg_count % 8 or not 24 <= reg_count <= 256:
         raise UserError(f"T.set_max_nreg: reg_count must be a multiple of 8 in [24, 256], got {reg_count!r}")
-    return _extern(f"tl::setmaxnreg_{'inc' if is_inc else 'dec'}<{reg_count}>")
+    return (intrinsics.SETMAXNREG_INC if is_inc else intrinsics.SETMAXNREG_DEC).call({"registers": reg_count})

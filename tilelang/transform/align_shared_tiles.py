@@ -21,7 +21,7 @@ from tvm import tirx
 from tilelang.dtypes import bits as dtype_bits
 from tilelang.layout.fragment import substitute
 from tilelang.utils.ir import collect
-from tilelang.utils.target import arch_of
+from tilelang.utils.target import has_tma
 
 BLOCK = 1024  # bytes
 
@@ -41,7 +41,7 @@ def _padded(buf):
 
 def align_shared_tiles(func: tirx.PrimFunc) -> tirx.PrimFunc:
     target = func.attrs.get("target") if func.attrs is not None else None
-    if target is None or arch_of(target) != "sm_90a":
+    if not has_tma(target):
         return func
     grown = {}
     for alloc in collect(func.body, tirx.AllocBuffer):

@@ -14,8 +14,8 @@ from __future__ import annotations
 import tvm
 from tvm import ir, sym, tirx
 
+from tilelang import intrinsics
 from tilelang.errors import CompilerError
-from tilelang.op.gemm import wgmma as gemm_wgmma
 from tilelang.transform.common import walk
 
 _ALIGN = {3: 1024, 2: 512, 1: 256}
@@ -39,12 +39,16 @@ def check_descriptor_alignment(mod) -> None:
             continue
 
         def on_eval(stmt):
-            call = stmt.value
-            if not (isinstance(call, ir.Call) and call.op.name == "tirx.call_extern"):
+            wgmma = intrinsics.lookup(stmt)
+            if wgmma not in intrinsics.WGMMAS:
                 return
-            swizzles = gemm_wgmma.descriptor_swizzles(str(call.args[0].value)) or {}
+            args = wgmma.args(stmt)
+            # Operands read through descriptors: B always, A when in shared memory (rows_a > 0).
+            swizzles = {1: wgmma.param(stmt, "swz_b")}
+            if wgmma.param(stmt, "rows_a"):
+                swizzles[0] = wgmma.param(stmt, "swz_a")
             for arg, bits in swizzles.items():
-                offset, name = _offset_bytes(call.args[1 + arg])
+                offset, name = _offset_bytes(args[arg])
                 if offset is None:
                     continue
                 align = _ALIGN[bits]

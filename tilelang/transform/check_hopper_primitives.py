@@ -11,24 +11,31 @@ from __future__ import annotations
 
 from tvm import tirx
 
+from tilelang import intrinsics
 from tilelang.errors import at_span
 from tilelang.op import base, tma
 from tilelang.transform.common import walk
 from tilelang.utils.ir import extern_name
-from tilelang.utils.target import arch_of
+from tilelang.utils.target import arch_of, has_tma
 
 # What the primitives call; a TMA copy before `lower_tma_copies` is the user's T.tma_copy.
-_HOPPER_ONLY = ("tl::mbarrier_", "tl::setmaxnreg_", "tl::fence_barrier_init")
+_HOPPER_ONLY = ("tl::mbarrier_", "tl::fence_barrier_init")
+
+
+def _is_hopper_only(stmt) -> bool:
+    if base.is_tile_op(stmt.value, tma.NAME) or intrinsics.lookup(stmt) in intrinsics.SETMAXNREGS:
+        return True
+    return (extern_name(stmt) or "").startswith(_HOPPER_ONLY)
 
 
 def check_hopper_primitives(func: tirx.PrimFunc) -> tirx.PrimFunc:
     target = func.attrs.get("target") if func.attrs is not None else None
-    arch = arch_of(target) if target is not None else None
-    if arch == "sm_90a":
+    if has_tma(target):
         return func
+    arch = arch_of(target) if target is not None else None
 
     def on_eval(stmt):
-        if base.is_tile_op(stmt.value, tma.NAME) or (extern_name(stmt) or "").startswith(_HOPPER_ONLY):
+        if _is_hopper_only(stmt):
             raise at_span(
                 "T.alloc_barrier, T.barrier_arrive/wait, T.tma_copy and T.set_max_nreg need Hopper "
                 f"(sm_90a); this kernel compiles for {arch or 'no target'}",

@@ -4,7 +4,7 @@ wait for the consumer threads only.
 `warp_specialize` left the producer and consumer sides in sequence; here they become the two
 branches of `if threadIdx.x < C` (C consumer threads). A `__syncthreads()` inside the consumer
 branch would also wait for the producer warpgroup, which is blocked on the consumers' empty
-barriers: a deadlock. Each becomes `bar.sync 1, C` (barrier 0 is `__syncthreads`'s). The two
+barriers: a deadlock. Each becomes `bar.sync 1, C` (id `barrier_ids.CONSUMERS`). The two
 consumer warpgroups' turns at the tensor cores (`pipeline_tma`) are dropped when such a barrier lies
 inside a turn.
 
@@ -16,6 +16,8 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import ir, tirx
 
+from tilelang import intrinsics
+from tilelang.transform import barrier_ids
 from tilelang.transform.warp_specialize import CONSUMER_BRANCH, PRODUCER_BRANCH
 from tilelang.utils.ir import extern_name, is_block_barrier
 
@@ -47,7 +49,7 @@ def _without_unsafe_turns(body):
 
 def _consumer_only(body, threads: int):
     body = _without_unsafe_turns(body)
-    barrier = tirx.Evaluate(tirx.call_extern("void", f"tl::named_barrier_sync<1, {threads}>"))
+    barrier = intrinsics.NAMED_BARRIER_SYNC.stmt({"id": barrier_ids.CONSUMERS, "threads": threads})
     return tvm_ffi.structural_map(body, [(tirx.Evaluate, lambda s: barrier if is_block_barrier(s) else s)])
 
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tvm import ir, tirx
+from tvm import tirx
 
 from tilelang.op import gemm as gemm_op
+from tilelang.op.gemm import selection
 from tilelang.op.gemm import wgmma as gemm_wgmma
 from tilelang.transform import wgmma_waits
 from tilelang.utils.ir import extern, seq
@@ -145,9 +146,9 @@ def _take_turns(consumers, kernel: Kernel) -> bool:
     if kernel.threads != 256:
         return False
     gemms = [st for st, _ in consumers if gemm_op.is_gemm(st)]
-    plans = [gemm_wgmma.plan(gemm_op.Gemm(st.value), kernel.target, kernel.threads, kernel.options) for st in gemms]
+    plans = [gemm_op.Gemm(st.value).plan for st in gemms]
     others = [st for st, _ in consumers if not gemm_op.is_gemm(st)]
-    return bool(gemms) and bool(others) and all(p is not None and p.wg_m == 2 for p in plans)
+    return bool(gemms) and bool(others) and all(isinstance(p, gemm_wgmma.Plan) and p.wg_m == 2 for p in plans)
 
 
 def _in_turn(stmts):
@@ -170,5 +171,5 @@ def gemm_flags(stmt, tiles, wg_wait: int | None = None):
     shared = [r.buffer for r in (g.a, g.b) if r.buffer.scope().startswith("shared")]
     tma_only = all(any(b.same_as(t) for t in tiles) for b in shared)
     pending = g.wg_wait if wg_wait is None else wg_wait
-    args = list(call.args[:7]) + [tirx.const(pending, "int32"), tirx.const(int(tma_only), "int32")]
-    return tirx.Evaluate(ir.Call(call.op, args, ret_ty="void"), span=stmt.span)
+    own = list(call.args[:7]) + [tirx.const(pending, "int32"), tirx.const(int(tma_only), "int32")]
+    return tirx.Evaluate(selection.with_own_args(call, own), span=stmt.span)

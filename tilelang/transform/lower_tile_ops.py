@@ -39,8 +39,7 @@ from tilelang.transform.infer_layout import (
     LOOP_LAYOUT,
     SHARED_LAYOUTS,
 )
-from tilelang.transform.register_budget import RegisterBudget
-from tilelang.utils.ir import extern_name, is_block_barrier, seq
+from tilelang.utils.ir import is_block_barrier, seq
 
 
 class LowerContext:
@@ -59,7 +58,6 @@ class LowerContext:
         self._scope = scope
         self.workspaces = []
         self.warpgroup = None  # the kernel's `tl::warpgroup_index()`, bound at its start once used
-        self.registers = RegisterBudget()  # the kernel's T.set_max_nreg calls
 
     @property
     def analyzer(self):
@@ -168,9 +166,6 @@ def lower_tile_ops(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTION
             if op.expands:
                 raise CompilerError(f"{op.describe()} reached lower_tile_ops; expand_elementwise_ops expands it")
             return op.lower(ctx)
-        name = extern_name(stmt)
-        if name is not None:
-            ctx.registers.note(name, ctx.thread_offset, ctx.num_threads, ctx.block_thread[1], stmt.span)
         return stmt
 
     def on_alloc(stmt, recurse):
@@ -181,16 +176,15 @@ def lower_tile_ops(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTION
     def on_attr(stmt, recurse):
         if not is_innermost_thread_extent(stmt):
             return recurse(stmt)
-        outer = ctx.workspaces, ctx.warpgroup, ctx.registers
-        ctx.workspaces, ctx.warpgroup, ctx.registers = [], None, RegisterBudget()
+        outer = ctx.workspaces, ctx.warpgroup
+        ctx.workspaces, ctx.warpgroup = [], None
         new = recurse(stmt)
-        ctx.registers.check()
         if ctx.warpgroup is not None:
             index = tirx.call_extern("int32", "tl::warpgroup_index")
             new = tirx.AttrStmt(new.node, new.attr_key, new.value, seq([tirx.Bind(ctx.warpgroup, index), new.body]))
         # Shared scratch for this kernel, allocated before its first statement.
         new = allocate_at_kernel_top(*_share_workspaces(new, ctx.workspaces))
-        ctx.workspaces, ctx.warpgroup, ctx.registers = outer
+        ctx.workspaces, ctx.warpgroup = outer
         return new
 
     def on_if(stmt, recurse):

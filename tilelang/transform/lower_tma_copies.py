@@ -28,12 +28,12 @@ from tilelang.transform import pipeline_tma_checks as checks
 from tilelang.transform.common import Scope, allocate_at_kernel_top, is_innermost_thread_extent, mutate_with_scope
 from tilelang.transform.consumer_loop import barrier
 from tilelang.utils.ir import extern, seq
-from tilelang.utils.target import arch_of
+from tilelang.utils.target import has_tma
 
 
 def lower_tma_copies(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
     target = func.attrs.get("target") if func.attrs is not None else None
-    if target is None or arch_of(target) != "sm_90a":
+    if not has_tma(target):
         return func
     if options.disable_tma_lower:
         return func

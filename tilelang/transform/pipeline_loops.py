@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import tvm_ffi
 from tvm import ir, tirx
 
+from tilelang import intrinsics
 from tilelang.errors import at_span
 from tilelang.layout.fragment import substitute
 from tilelang.op import base, tma
@@ -262,7 +263,7 @@ def _pipeline(loop, stages: int, new_tiles: dict, kernel: checks.Kernel):
         seq([tirx.IfThenElse(i < n, seq([produce(p, i) for p in producers]), None), extern("tl::cp_async_commit")]),
     )
     ahead = k + (stages - 1)
-    body = [extern(f"tl::cp_async_wait<{stages - 2}>"), extern("__syncthreads")]
+    body = [intrinsics.CP_ASYNC_WAIT.stmt({"pending": stages - 2}), extern("__syncthreads")]
     is_producer = [any(st.same_as(p) for p in producers) for st in ordered]
     last_producer = max(j for j, flag in enumerate(is_producer) if flag)
     run = []  # adjacent producers share one bounds check
@@ -277,7 +278,7 @@ def _pipeline(loop, stages: int, new_tiles: dict, kernel: checks.Kernel):
         if j == last_producer:
             body.append(extern("tl::cp_async_commit"))
     main = tirx.For(k, loop.min, n, tirx.ForKind.SERIAL, seq(body), span=loop.span)
-    return seq([prologue, main, extern("tl::cp_async_wait<0>")])
+    return seq([prologue, main, intrinsics.CP_ASYNC_WAIT.stmt({"pending": 0})])
 
 
 def pipeline_loops(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING
 
 from tvm import ir, tirx
 
+from tilelang import intrinsics
 from tilelang.layout.fragment import substitute
 from tilelang.op import base, tma
 from tilelang.transform import consumer_loop
@@ -182,8 +183,10 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
     init.append(extern("tl::fence_barrier_init"))
     prelude = [tirx.IfThenElse(tx == 0, seq(init), None), extern("__syncthreads")]
     if cluster:
-        dims = ", ".join("2" if d == cluster[0] else "1" for d in range(3))
-        prelude = [extern(f"tl::cluster_dims<{dims}>"), prelude[0], extern("tl::cluster_sync")]
+        # The kernel's record of its clusters: `rasterize_blocks`, `warp_specialize` and the code
+        # generator (`__cluster_dims__`) read it.
+        dims = {axis: 2 if d == cluster[0] else 1 for d, axis in enumerate("xyz")}
+        prelude = [intrinsics.CLUSTER_DIMS.stmt(dims), prelude[0], extern("tl::cluster_sync")]
     allocs = [tirx.AllocBuffer(full[t]) for t in tiles]
     allocs += [tirx.AllocBuffer(e.barrier) for e in empties] if specialize else []
     allocs += [tirx.AllocBuffer(c) for c in counters.values()]

@@ -51,8 +51,7 @@ def predicted_layout(tile_buffer, kernel: Kernel):
 
     def on_eval(stmt):
         if base.is_tile_op(stmt.value, gemm_op.NAME):
-            g = gemm_op.Gemm(stmt.value)
-            lay = gemm_op.shared_layouts(g, kernel.target, kernel.threads, kernel.options).get(tile_buffer)
+            lay = gemm_op.shared_layouts(gemm_op.Gemm(stmt.value)).get(tile_buffer)
             if lay is not None:
                 found.append(lay)
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import tirx
 
+from tilelang import intrinsics
 from tilelang.errors import at_span
 from tilelang.layout.fragment import substitute
 from tilelang.op import base
 from tilelang.transform.common import Scope, collect, mutate_with_scope
-from tilelang.utils.ir import extern_name
 
 NAME = "use_swizzle"
 
@@ -62,14 +62,13 @@ def _remap_grid(bx, by, gx, gy, panel, order, cluster):
 
 
 def _cluster_dim(stmts):
-    """The grid dimension of the kernel's 2-block clusters (`pipeline_tma`'s tl::cluster_dims
-    marker), or None."""
+    """The grid dimension of the kernel's 2-block clusters (`pipeline_tma`'s `cluster_dims`
+    record), or None."""
     for stmt in stmts:
         for ev in collect(stmt, tirx.Evaluate):
-            name = extern_name(ev) or ""
-            if name.startswith("tl::cluster_dims<"):
-                dims = [int(x) for x in name[len("tl::cluster_dims<") : -1].split(",")]
-                return dims.index(2)
+            if intrinsics.CLUSTER_DIMS.matches(ev):
+                dims = intrinsics.CLUSTER_DIMS.template(ev)
+                return [dims["x"], dims["y"], dims["z"]].index(2)
     return None
 
 

@@ -35,7 +35,7 @@ from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform.check_shared_memory import shared_memory_limit, tile_bytes
 from tilelang.transform.common import allocate_at_kernel_top, collect, is_innermost_thread_extent
 from tilelang.utils.ir import const_int, seq
-from tilelang.utils.target import arch_of
+from tilelang.utils.target import has_tma
 
 _MARGIN = 4096  # barriers, reduction workspaces and alignment added by later passes
 _ALIGN = 1024  # align_shared_tiles puts each tile on a 1024-byte boundary
@@ -98,7 +98,7 @@ def _liveness(body, tiles, accumulators):
 
 def stage_fragment_stores(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
     target = func.attrs.get("target") if func.attrs is not None else None
-    if target is None or arch_of(target) != "sm_90a":
+    if not has_tma(target):
         return func
     if options.disable_fragment_store_staging:
         return func

@@ -15,8 +15,7 @@ wait for threads that never come. So around it:
    between the two sides is dropped: they run side by side).
 3. `restore_thread_branches` (after barrier insertion) puts the condition back and turns the
    barriers inside each side into named barriers over its threads, `bar.sync id, hi - lo`, one id
-   per distinct range from 4 up (0 is `__syncthreads`'s, 1 the consumers', 2-3 the ping-pong
-   turns').
+   per distinct range, from `barrier_ids.THREAD_BRANCHES`.
 
 Before:  if tx < 128:          1: sync                    3: sync
              S[...] = ...         mark([0, 128)):            if tx < 128:
@@ -39,14 +38,15 @@ import tvm
 import tvm_ffi
 from tvm import ir, s_tir, tirx
 
+from tilelang import intrinsics
 from tilelang.errors import UserError, at_span
-from tilelang.utils.ir import extern, is_block_barrier, seq, statements
+from tilelang.transform import barrier_ids
+from tilelang.utils.ir import is_block_barrier, seq, statements
 
 THREAD_BRANCH = "tl.thread_branch"  # one side of a thread branch: node [lo, hi)
 _HIDDEN = "tl.thread_branch_condition"  # a branch whose condition is hidden: node the condition
 _DONE = "tl.thread_branch_done"  # a side whose barriers are named ones already
 _SHARED = ("shared", "shared.dyn")
-_FIRST_BARRIER_ID, _LAST_BARRIER_ID = 4, 15
 
 
 def mark(rng, body):
@@ -193,20 +193,21 @@ def restore_thread_branches(func: tirx.PrimFunc) -> tirx.PrimFunc:
 
     def barrier_id(rng):
         if rng not in ids:
-            if _FIRST_BARRIER_ID + len(ids) > _LAST_BARRIER_ID:
+            free = barrier_ids.THREAD_BRANCHES
+            if len(ids) == len(free):
                 raise UserError(
-                    f"thread branches: barriers are needed inside more than "
-                    f"{_LAST_BARRIER_ID - _FIRST_BARRIER_ID + 1} different thread ranges (the GPU has 16 "
-                    f"named barriers); use fewer distinct `if tx < n` ranges that touch shared memory"
+                    f"thread branches: barriers are needed inside more than {len(free)} different thread "
+                    f"ranges (the GPU has 16 named barriers); use fewer distinct `if tx < n` ranges that "
+                    f"touch shared memory"
                 )
-            ids[rng] = _FIRST_BARRIER_ID + len(ids)
+            ids[rng] = free[len(ids)]
         return ids[rng]
 
     def on_attr(node, mutator):
         body = mutator.default_mutate(node)  # inner branches first: their barriers are theirs
         if _is_mark(node):  # (kept as a mark until its branch is rebuilt)
             lo, hi = (int(x) for x in node.node)
-            bar = extern(f"tl::named_barrier_sync<{barrier_id((lo, hi))}, {hi - lo}>")
+            bar = intrinsics.NAMED_BARRIER_SYNC.stmt({"id": barrier_id((lo, hi)), "threads": hi - lo})
             inner = tvm_ffi.structural_map(body.body, [(tirx.Evaluate, lambda s: bar if is_block_barrier(s) else s)])
             return tirx.AttrStmt(node.node, _DONE, 0, inner)
         if node.attr_key == _HIDDEN:

@@ -26,12 +26,13 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import ir, tirx
 
+from tilelang import intrinsics
 from tilelang.errors import CompilerError
 from tilelang.layout.fragment import substitute
 from tilelang.transform import pipeline_tma as ptma
 from tilelang.transform.common import Scope, collect, is_thread_extent, mutate_with_scope
 from tilelang.transform.pipeline_tma_checks import PRODUCER_THREADS
-from tilelang.utils.ir import extern, extern_name, seq
+from tilelang.utils.ir import extern, seq
 
 CONSUMER_BRANCH = "tl.ws_consumer_branch"
 PRODUCER_BRANCH = "tl.ws_producer_branch"
@@ -161,12 +162,12 @@ def _specialize_kernel(attr):
     rest, lead = _hoist_allocations(attr.body)
     producer = substitute(producer, {tx: tx - threads})
     reg_producer, reg_consumer = register_budgets(threads)
-    producer_side = seq([extern(f"tl::setmaxnreg_dec<{reg_producer}>"), _path_only(rest, producer)])
+    producer_side = seq([intrinsics.SETMAXNREG_DEC.stmt({"registers": reg_producer}), _path_only(rest, producer)])
     consumer_side = tirx.AttrStmt(
         tx,
         CONSUMER_BRANCH,
         threads,
-        seq([extern(f"tl::setmaxnreg_inc<{reg_consumer}>"), _replace_region(rest, consumer)]),
+        seq([intrinsics.SETMAXNREG_INC.stmt({"registers": reg_consumer}), _replace_region(rest, consumer)]),
     )
     # The two sides stay in sequence (producer first) until barriers are inserted: TVM's passes
     # see plain code (its barrier insertion refuses thread-dependent branches), and shared tiles
@@ -175,7 +176,7 @@ def _specialize_kernel(attr):
     producer_side = tirx.AttrStmt(tx, PRODUCER_BRANCH, threads, producer_side)
     # A block of a cluster exits only with its peer: the peer's consumers still arrive on this
     # block's barriers until the end.
-    clustered = any((extern_name(e) or "").startswith("tl::cluster_dims<") for e in collect(prelude, tirx.Evaluate))
+    clustered = any(intrinsics.CLUSTER_DIMS.matches(e) for e in collect(prelude, tirx.Evaluate))
     exit_sync = [extern("tl::cluster_sync")] if clustered else []
     new_body = seq(lead + allocs + [prelude, producer_side, consumer_side] + exit_sync)
     iv = attr.node

@@ -90,9 +90,7 @@ class Waits:
         if not gemm_op.is_gemm(stmt):
             return None
         g = gemm_op.Gemm(stmt.value)
-        if gemm_wgmma.plan(g, self.kernel.target, self.kernel.threads, self.kernel.options) is None:
-            return None
-        return g
+        return g if isinstance(g.plan, gemm_wgmma.Plan) else None
 
     def _wait_for(self, conflicts) -> list:
         """The wait for the in-flight groups for which `conflicts(group)` holds (and all older)."""

@@ -79,3 +79,20 @@ def arch_of(target: Target) -> str:
 def compute_capability(target: Target) -> int:
     """e.g. 90 for sm_90a."""
     return int("".join(ch for ch in arch_of(target).removeprefix("sm_") if ch.isdigit()))
+
+
+# ---- what a target has: the passes' target gates (engine/pipeline.py asks these) -------------------
+# tilelang's Hopper code (TMA boxes on mbarriers, wgmma, setmaxnreg, 2-block clusters) is written for
+# sm_90a; later architectures replace parts of it (tcgen05 on sm_100a), so each predicate names
+# the exact architectures whose form the compiler emits.
+
+
+def has_tma(target) -> bool:
+    """TMA tile loads completing on mbarriers, setmaxnreg and thread-block clusters (sm_90a):
+    the Hopper pipeline with a producer warpgroup."""
+    return target is not None and arch_of(target) == "sm_90a"
+
+
+def has_wgmma(target) -> bool:
+    """Warpgroup tensor-core gemms reading shared operands through descriptors (sm_90a)."""
+    return target is not None and arch_of(target) == "sm_90a"

@@ -16,10 +16,12 @@
 namespace tl {
 
 // A barrier over `Threads` threads only, `bar.sync Id`: the consumers of a warp-specialized kernel
-// (the producer warps keep running), or the threads of an `if tx < n` branch. Barrier 0 is
-// __syncthreads()'s.
+// (the producer warps keep running), or the threads of an `if tx < n` branch. Which id serves
+// what: tilelang/transform/barrier_ids.py (0 is __syncthreads()'s).
 template <int Id, int Threads>
 TL_DEVICE void named_barrier_sync() {
+  static_assert(Id > 0 && Id < 16, "a block has 16 named barriers and 0 is __syncthreads()'s");
+  static_assert(Threads % 32 == 0, "a named barrier counts whole warps");
   asm volatile("bar.sync %0, %1;\n" ::"n"(Id), "n"(Threads) : "memory");
 }
 

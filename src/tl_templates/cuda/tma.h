@@ -183,16 +183,24 @@ TL_DEVICE void setmaxnreg_inc() {
 }
 
 // Two consumer warpgroups take turns issuing their wgmma gemms (FlashAttention-3's "ping-pong"):
-// warpgroup w waits on barrier 2 + w before its gemms and, once they are issued, lets the other go
-// (barrier 3 - w); so the tensor cores run one warpgroup's gemms while the other computes its
-// softmax. Warpgroup 1 lets warpgroup 0 go first. Barriers over both warpgroups (256 threads).
+// warpgroup w waits on named barrier TL_PINGPONG_BARRIER + w before its gemms and, once they are
+// issued, lets the other go (TL_PINGPONG_BARRIER + 1 - w); so the tensor cores run one warpgroup's
+// gemms while the other computes its softmax. Warpgroup 1 lets warpgroup 0 go first. Barriers over
+// both warpgroups (256 threads). The ids are tilelang/transform/barrier_ids.py's PINGPONG.
+#define TL_PINGPONG_BARRIER 2
+static_assert(TL_PINGPONG_BARRIER + 1 < 4, "ids 4-15 are the thread branches' (barrier_ids.py)");
+
 TL_DEVICE void pingpong_init() {
-  if (threadIdx.x / 128 == 1) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+  if (threadIdx.x / 128 == 1) asm volatile("bar.arrive %0, 256;\n" ::"n"(TL_PINGPONG_BARRIER) : "memory");
 }
 
-TL_DEVICE void pingpong_sync() { asm volatile("bar.sync %0, 256;\n" ::"r"(2 + threadIdx.x / 128) : "memory"); }
+TL_DEVICE void pingpong_sync() {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(TL_PINGPONG_BARRIER + threadIdx.x / 128) : "memory");
+}
 
-TL_DEVICE void pingpong_arrive() { asm volatile("bar.arrive %0, 256;\n" ::"r"(3 - threadIdx.x / 128) : "memory"); }
+TL_DEVICE void pingpong_arrive() {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(TL_PINGPONG_BARRIER + 1 - threadIdx.x / 128) : "memory");
+}
 
 // Shared memory written by ordinary stores becomes visible to async-proxy reads (wgmma, TMA).
 TL_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }

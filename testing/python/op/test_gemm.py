@@ -11,6 +11,7 @@ from tilelang.layout.evaluate import evaluate, grid
 from tilelang.op import gemm as gemm_op
 from tilelang.op.gemm import instructions as inst
 from tilelang.op.gemm import policy as policy_mod
+from tilelang.op.gemm import selection
 from tilelang.utils.target import determine_target
 
 
@@ -84,7 +85,9 @@ def _layouts(func, target="sm_80"):
             g = gemm_op.Gemm(e.value)
 
     tvm_ffi.structural_walk(func.body, [(tirx.Evaluate, on_eval)])
-    return g, gemm_op.layouts(g, determine_target(target), 128)
+    plan = selection.select(g, determine_target(target), 128)  # what select_gemm_instructions records
+    g = gemm_op.Gemm(selection.record(g.call, plan))
+    return g, gemm_op.layouts(g, 128)
 
 
 @pytest.mark.parametrize("policy", [0, 1, 2])

@@ -5,6 +5,7 @@ import tvm_ffi
 from tvm import tirx
 
 import tilelang.language as T
+from tilelang import intrinsics
 from tilelang.op import base
 from tilelang.transform.pipeline_loops import pipeline_loops
 
@@ -33,11 +34,14 @@ def _allocs(func):
 
 
 def _externs(func):
+    """The device calls, in order: extern names, and (intrinsic name, template) for intrinsics."""
     out = []
 
     def on_eval(e):
         if getattr(e.value.op, "name", "") == "tirx.call_extern":
             out.append(str(e.value.args[0].value))
+        elif intrinsics.lookup(e) is not None:
+            out.append((intrinsics.lookup(e).name, intrinsics.lookup(e).template(e)))
 
     tvm_ffi.structural_walk(func.body, [(tirx.Evaluate, on_eval)])
     return out
@@ -64,10 +68,10 @@ def test_tiles_get_one_buffer_per_stage_and_copies_go_async(stages):
     # this iteration's copies, barrier, issue the copies stages - 1 ahead, commit; drain at the end
     assert _externs(after) == [
         "tl::cp_async_commit",
-        f"tl::cp_async_wait<{stages - 2}>",
+        ("cp_async_wait", {"pending": stages - 2}),
         "__syncthreads",
         "tl::cp_async_commit",
-        "tl::cp_async_wait<0>",
+        ("cp_async_wait", {"pending": 0}),
     ]
     copies = _copies(after)
     assert sorted(set(copies)) == [("A_s", 1), ("B_s", 1), ("C", 0)]

@@ -12,6 +12,7 @@ from tvm import ir, tirx
 
 import tilelang
 import tilelang.language as T
+from tilelang import intrinsics
 from tilelang.codegen import cuda
 from tilelang.errors import UserError
 from tilelang.transform.sync_thread_branches import (
@@ -138,6 +139,12 @@ def _kernel(body, threads=256):
     return tx, tirx.PrimFunc([], tirx.AttrStmt(iv, "thread_extent", threads, body(tx)))
 
 
+def _evaluates(stmt):
+    out = []
+    tvm_ffi.structural_walk(stmt, [(tirx.Evaluate, out.append)])
+    return out
+
+
 def _names(stmt):
     out = []
 
@@ -198,8 +205,9 @@ def test_expose_then_restore_if_else():
     branch = restore_thread_branches(func).body.body[1]
     # ... become named barriers over each side's threads, with an id per range.
     assert isinstance(branch, tirx.IfThenElse) and branch.condition.a.same_as(tx)
-    assert _names(branch.then_case) == ["tl::named_barrier_sync<4, 128>"]
-    assert _names(branch.else_case) == ["tl::named_barrier_sync<5, 128>"]
+    (then_bar,), (else_bar,) = _evaluates(branch.then_case), _evaluates(branch.else_case)
+    assert intrinsics.NAMED_BARRIER_SYNC.template(then_bar) == {"id": 4, "threads": 128}
+    assert intrinsics.NAMED_BARRIER_SYNC.template(else_bar) == {"id": 5, "threads": 128}
 
 
 def test_branch_without_shared_memory_gets_no_barriers():

@@ -3,22 +3,24 @@
 A and B are shared tiles or fragments (ss, rs, sr); C is a fragment. The package:
   __init__      the user function, the parsed op (`Gemm`), and the dispatch below
   instructions  which mma.sync shape a (target, dtypes) pair uses (a registry)
+  selection     mma.sync or wgmma for one gemm, recorded on its call (select_gemm_instructions)
   policy        `T.GemmWarpPolicy` and the warp partition
   mma           mma.sync: register layouts, operand swizzles, the template call
   wgmma         wgmma (sm_90a): the warpgroup plan, its layouts and template call
 
 Layout rule (strict level): C, and A or B when they are fragments, get the register layouts of the
-instruction chosen (wgmma where `wgmma.plan` gives a plan, else mma.sync); shared operands get the
-swizzle that instruction reads them with. Lowering: a call to the matching device template.
+instruction recorded on the call (`selection`: wgmma where `wgmma.plan` gives a plan, else
+mma.sync); shared operands get the swizzle that instruction reads them with. Lowering: the
+instruction's device intrinsic (`tilelang/intrinsics.py`).
 """
 
 from __future__ import annotations
 
 from tvm import tirx
 
-from tilelang.errors import UserError, at_span
+from tilelang.errors import CompilerError, UserError, at_span
 from tilelang.op import base
-from tilelang.op.gemm import instructions, mma, wgmma
+from tilelang.op.gemm import mma, selection, wgmma
 from tilelang.op.gemm.policy import GemmWarpPolicy
 from tilelang.utils.ir import i32 as _c
 
@@ -147,6 +149,9 @@ class Gemm(base.TileOp):
         # Set by the pipeline planner when both operands are written only by TMA (async proxy),
         # so the wgmma needs no proxy fence before reading them.
         self.async_operands = bool(int(call.args[8].value)) if len(call.args) > 8 else False
+        # The instruction and its plan (mma.Plan or wgmma.Plan) `select_gemm_instructions` recorded
+        # on the call; None before it runs.
+        self.plan = selection.recorded(call)
         self.M, self.N = (int(x) for x in self.c.nonunit_extents())
         a_shape = [int(x) for x in self.a.nonunit_extents()]
         self.K = a_shape[0] if self.trans_a else a_shape[1]
@@ -165,40 +170,34 @@ class Gemm(base.TileOp):
 
     def strict_layouts(self, target, num_threads: int, options) -> tuple[dict, dict]:
         """The instruction's register layouts for C (and a fragment A or B), and the swizzles it
-        reads shared operands with."""
-        return (
-            layouts(self, target, num_threads, self.span, options),
-            shared_layouts(self, target, num_threads, options),
-        )
+        reads shared operands with (the instruction recorded on the call)."""
+        return layouts(self, num_threads, self.span), shared_layouts(self)
 
     def lower(self, ctx) -> tirx.Stmt:
         return _lower(self, ctx)
 
 
-def layouts(g: Gemm, target, num_threads: int, span=None, options=None) -> dict:
+def _plan(g: Gemm):
+    if g.plan is None:
+        raise CompilerError(f"{g.describe()} has no instruction: select_gemm_instructions runs before its readers")
+    return g.plan
+
+
+def layouts(g: Gemm, num_threads: int, span=None) -> dict:
     """The register layouts this gemm imposes: {buffer: Fragment} for C and fragment operands."""
-    if num_threads % 32:
-        raise at_span(f"T.gemm needs whole warps; the kernel has {num_threads} threads", span)
-    inst = instructions.select(target, str(g.a.buffer.dtype), str(g.b.buffer.dtype), str(g.c.buffer.dtype))
-    if g.K % inst.k:
-        raise at_span(
-            f"T.gemm: K = {g.K} is not a multiple of {inst.k}, the K of {inst.name}; use a block_K "
-            f"that is a multiple of {inst.k}",
-            span,
-        )
-    p = wgmma.plan(g, target, num_threads, options)
-    if p is not None:
+    p = _plan(g)
+    if isinstance(p, wgmma.Plan):
         out = {g.c.buffer: wgmma.c_fragment(g, p, num_threads)}
         if g.a.buffer.scope() == "local.fragment":
             out[g.a.buffer] = wgmma.a_fragment(g, p, num_threads)
         return out
-    return mma.layouts(g, inst, num_threads, span)
+    return mma.layouts(g, p, num_threads, span)
 
 
-def shared_layouts(g: Gemm, target=None, num_threads: int | None = None, options=None) -> dict:
+def shared_layouts(g: Gemm) -> dict:
     """{shared operand buffer: Layout} that the instruction reads them with."""
-    p = wgmma.plan(g, target, num_threads, options) if num_threads else None
-    return wgmma.shared_layouts(g, p) if p is not None else mma.shared_layouts(g)
+    p = _plan(g)
+    return wgmma.shared_layouts(g, p) if isinstance(p, wgmma.Plan) else mma.shared_layouts(g)
 
 
 def pointer(region, ctx, rw: int):
@@ -218,13 +217,13 @@ def pointer(region, ctx, rw: int):
 
 
 def _lower(g: Gemm, ctx) -> tirx.Stmt:
-    # Its instruction and shapes were checked by `layouts` at layout inference.
+    # Its instruction and shapes were checked by `select_gemm_instructions`.
     span = g.span
     args = [pointer(g.a, ctx, 1), pointer(g.b, ctx, 1), pointer(g.c, ctx, 3)]
     clear = [] if isinstance(g.clear, bool) else [g.clear]  # a run-time clear is the calls' last argument
-    p = wgmma.plan(g, ctx.target, ctx.num_threads, ctx.options)
-    if p is None:
-        return mma.call(g, ctx, args, clear, span)
+    p = _plan(g)
+    if not isinstance(p, wgmma.Plan):
+        return mma.call(g, p, ctx, args, clear, span)
     offset = ctx.thread_offset  # the first thread of the `if tx >= n` branch it is in
     if offset % 128:
         raise at_span(
@@ -232,6 +231,5 @@ def _lower(g: Gemm, ctx) -> tirx.Stmt:
             f"thread {offset}, not a multiple of 128",
             span,
         )
-    name = wgmma.call_name(g, p)
     wg = ctx.warpgroup_index()
-    return tirx.Evaluate(tirx.call_extern("void", name, *args, wg - offset // 128 if offset else wg, *clear))
+    return wgmma.call(g, p, args, wg - offset // 128 if offset else wg, clear)

@@ -9,8 +9,11 @@ warps that share its rows, a fragment B over the warps that share its columns.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tvm import tirx
 
+from tilelang import intrinsics
 from tilelang.dtypes import bits as dtype_bits
 from tilelang.errors import at_span
 from tilelang.layout import fragment as fl
@@ -19,11 +22,26 @@ from tilelang.op.gemm.policy import warp_partition
 from tilelang.utils.ir import i32 as _c
 
 
-def layouts(g, inst, num_threads: int, span=None) -> dict:
-    """{buffer: Fragment} for C and the fragment operands, for mma.sync instruction `inst`."""
+@dataclass(frozen=True)
+class Plan:
+    """How a gemm runs as mma.sync: warps along M and N, and the K of one instruction."""
+
+    warp_m: int
+    warp_n: int
+    k: int
+
+
+def plan(g, inst, num_threads: int, span=None) -> Plan:
+    """The mma.sync plan of gemm `g` on instruction `inst` (`instructions.select`)."""
     wm, wn = warp_partition(g.M, g.N, num_threads // 32, g.policy, span)
+    return Plan(wm, wn, inst.k)
+
+
+def layouts(g, p: Plan, num_threads: int, span=None) -> dict:
+    """{buffer: Fragment} for C and the fragment operands, for mma.sync plan `p`."""
+    wm, wn = p.warp_m, p.warp_n
     WM, WN = g.M // wm, g.N // wn
-    NI, KT = WN // 8, g.K // inst.k
+    NI, KT = WN // 8, g.K // p.k
     out = {}
     i, j = fl.placeholder_vars(2)
     rr, cc = tirx.floormod(i, _c(16)), tirx.floormod(j, _c(8))
@@ -37,7 +55,7 @@ def layouts(g, inst, num_threads: int, span=None) -> dict:
     )
     # vector_size 2: each thread holds pairs of adjacent columns in adjacent registers.
     out[g.c.buffer] = fl.Fragment((g.M, g.N), [i, j], c_thread, c_index, num_threads, vector_size=2)
-    shape = _WarpTiles(wm, wn, WM, WN, KT, inst.k, num_threads)
+    shape = _WarpTiles(wm, wn, WM, WN, KT, p.k, num_threads)
     if g.a.buffer.scope() == "local.fragment":
         if g.trans_a:
             raise at_span("T.gemm: an A operand in registers cannot be transposed", span)
@@ -122,8 +140,11 @@ def shared_layouts(g) -> dict:
     return out
 
 
-def call(g, ctx, args, clear, span=None) -> tirx.Stmt:
-    """`tl::gemm_<kind><M, N, K, WarpM, WarpN, ...>(A, B, C)` over the block's (or branch's) warps."""
+_INTRINSICS = {"ss": intrinsics.GEMM_SS, "rs": intrinsics.GEMM_RS, "sr": intrinsics.GEMM_SR}
+
+
+def call(g, p: Plan, ctx, args, clear, span=None) -> tirx.Stmt:
+    """The gemm_<kind> template (gemm_mma.h) on A, B, C over the block's (or branch's) warps."""
     offset = ctx.thread_offset  # the first thread of the `if tx >= n` branch it is in
     if offset % ctx.num_threads:  # the template's warp index is threadIdx.x / 32 modulo its warps
         raise at_span(
@@ -131,14 +152,18 @@ def call(g, ctx, args, clear, span=None) -> tirx.Stmt:
             f"with mma.sync it must start at a multiple of its {ctx.num_threads} threads",
             span,
         )
-    wm, wn = warp_partition(g.M, g.N, ctx.num_threads // 32, g.policy, span)
-    lda, ldb = int(g.a.buffer.shape[-1]), int(g.b.buffer.shape[-1])
-
-    def flag(x):
-        return "true" if x else "false"
-
-    name = (
-        f"tl::gemm_{g.kind}<{g.M}, {g.N}, {g.K}, {wm}, {wn}, {flag(g.trans_a)}, {flag(g.trans_b)}, "
-        f"{flag(g.clear is True)}, {lda}, {ldb}, {swizzle_bits(g.a)}, {swizzle_bits(g.b)}>"
+    template = dict(
+        M=g.M,
+        N=g.N,
+        K=g.K,
+        warp_m=p.warp_m,
+        warp_n=p.warp_n,
+        trans_a=g.trans_a,
+        trans_b=g.trans_b,
+        clear=g.clear is True,
+        lda=int(g.a.buffer.shape[-1]),
+        ldb=int(g.b.buffer.shape[-1]),
+        swz_a=swizzle_bits(g.a),
+        swz_b=swizzle_bits(g.b),
     )
-    return tirx.Evaluate(tirx.call_extern("void", name, *args, *clear))
+    return _INTRINSICS[g.kind].stmt(template, *args, *clear)

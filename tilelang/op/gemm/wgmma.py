@@ -11,23 +11,23 @@ canonical GMMA layouts); an A operand in registers and C take the register layou
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 
 from tvm import tirx
 
+from tilelang import intrinsics
 from tilelang.dtypes import bits as dtype_bits
 from tilelang.layout import fragment as fl
 from tilelang.op.gemm.policy import GemmWarpPolicy
 from tilelang.options import CompileOptions
 from tilelang.utils.ir import i32 as _c
-from tilelang.utils.target import arch_of
+from tilelang.utils.target import has_wgmma
 
 logger = logging.getLogger("tilelang")
 
 # Per-warpgroup N that CuTe's base wgmma atoms provide, and the other multiples of 8 its extended
 # atoms add for 16-bit types (a larger header: gemm_wgmma.h includes it only where one is used).
-N_SIZES = (8, 16, 32, 64, 96, 128, 192, 256)
+N_SIZES = intrinsics.WGMMA_BASE_N
 EXTENDED_N_SIZES = tuple(n for n in range(24, 256, 8) if n not in N_SIZES)
 # (A/B dtype, C dtype) pairs the template instantiates.
 DTYPES = {("float16", "float32"), ("bfloat16", "float32"), ("float16", "float16")}
@@ -88,7 +88,7 @@ def plan(g, target, num_threads: int, options: CompileOptions | None = None) -> 
         logger.debug("T.gemm(%s, %s, %s): mma.sync, not wgmma: %s", g.a.name, g.b.name, g.c.name, reason)
         return None
 
-    if target is None or arch_of(target) != "sm_90a":
+    if not has_wgmma(target):
         return None
     if options is not None and options.disable_wgmma:
         return no("disabled by tl.disable_wgmma")
@@ -184,31 +184,34 @@ def shared_layouts(g, p: Plan) -> dict:
     return out
 
 
-def call_name(g, p: Plan) -> str:
-    def flag(x):
-        return "true" if x else "false"
+def call(g, p: Plan, args, warpgroup, clear) -> tirx.Stmt:
+    """The wgmma_<kind> template (gemm_wgmma.h) on A, B, C (`args`) for warpgroup `warpgroup`;
+    `clear` is [] or [a run-time clear flag]."""
 
-    def dims(region, bits):
+    def tile(region, bits):  # rows, row length and swizzle of a shared operand (0s: in registers)
         if region.buffer.scope() == "local.fragment":
-            return "0, 0, 0"
-        return f"{int(region.buffer.shape[-2])}, {int(region.buffer.shape[-1])}, {bits}"
+            return 0, 0, 0
+        return int(region.buffer.shape[-2]), int(region.buffer.shape[-1]), bits
 
-    return (
-        f"tl::wgmma_{g.kind}<{g.M}, {g.N}, {g.K}, {p.wg_m}, {p.wg_n}, {flag(g.trans_a)}, {flag(g.trans_b)}, "
-        f"{flag(g.clear is True)}, {dims(g.a, p.swz_a)}, {dims(g.b, p.swz_b)}, {g.wg_wait}, "
-        f"{flag(not g.async_operands)}>"
+    rows_a, ld_a, swz_a = tile(g.a, p.swz_a)
+    rows_b, ld_b, swz_b = tile(g.b, p.swz_b)
+    template = dict(
+        M=g.M,
+        N=g.N,
+        K=g.K,
+        wg_m=p.wg_m,
+        wg_n=p.wg_n,
+        trans_a=g.trans_a,
+        trans_b=g.trans_b,
+        clear=g.clear is True,
+        rows_a=rows_a,
+        ld_a=ld_a,
+        swz_a=swz_a,
+        rows_b=rows_b,
+        ld_b=ld_b,
+        swz_b=swz_b,
+        wait=g.wg_wait,
+        fence=not g.async_operands,
     )
-
-
-_CALL = re.compile(r"tl::wgmma_(ss|rs)<([^>]*)>")
-
-
-def descriptor_swizzles(name: str) -> dict | None:
-    """The inverse of `call_name` for what reads shared memory through descriptors: {operand index
-    (0 = A, 1 = B): swizzle bits}, or None when `name` is not a wgmma call."""
-    m = _CALL.match(name)
-    if not m:
-        return None
-    params = m.group(2).split(",")
-    swz_a, swz_b = int(params[10]), int(params[13])  # after M, N, K, WgM, WgN, 3 flags, RowsA, LdA / RowsB, LdB
-    return {0: swz_a, 1: swz_b} if m.group(1) == "ss" else {1: swz_b}
+    intrinsic = intrinsics.WGMMA_SS if g.kind == "ss" else intrinsics.WGMMA_RS
+    return intrinsic.stmt(template, *args, warpgroup, *clear)

@@ -1,4 +1,5 @@
-"""The registers a kernel's `T.set_max_nreg` calls ask for, checked against what the block has.
+"""Check `check_register_budget`: the registers a kernel's `T.set_max_nreg` calls ask for, against
+what the block has.
 
 `setmaxnreg` moves registers between the warpgroups of one block: a warpgroup lowering its count
 gives registers back, one raising it waits until enough are free. The block is launched with one
@@ -9,12 +10,19 @@ warpgroup (PTX runs it per warpgroup; a part of one would leave the rest at the 
 
 Found by running: MLA decode with warpgroups at 240 + 240 + 32 registers in a 384-thread block
 (launched with 168 each: 504 in all) hung on the H200; 240 + 240 + 24 runs.
+
+Requires: the kernel as traced (the thread branches as the user wrote them). Guarantees: IR
+unchanged; a UserError at a `T.set_max_nreg` call that does not fit. (The budgets
+`warp_specialize` sets itself fit by construction.)
 """
 
 from __future__ import annotations
 
+from tvm import tirx
+
+from tilelang import intrinsics
 from tilelang.errors import at_span
-from tilelang.language.barriers import SETMAXNREG_CALL
+from tilelang.transform.common import Scope, is_innermost_thread_extent, mutate_with_scope
 
 REGISTER_FILE = 65536
 WARPGROUP = 128
@@ -32,11 +40,11 @@ class RegisterBudget:
         self.asks = []  # (first thread, number of threads, registers, span)
         self.threads = 0  # the block's
 
-    def note(self, name: str, first: int, count: int, threads: int, span):
-        """Record the call `name` (an extern name) run by threads [first, first + count) of a
-        `threads`-thread block, when it is a `setmaxnreg`."""
-        match = SETMAXNREG_CALL.fullmatch(name)
-        if match is None:
+    def note(self, stmt, first: int, count: int, threads: int):
+        """Record statement `stmt` run by threads [first, first + count) of a `threads`-thread block,
+        when it is a `setmaxnreg`."""
+        intrinsic, span = intrinsics.lookup(stmt), stmt.span
+        if intrinsic not in intrinsics.SETMAXNREGS:
             return
         if first % WARPGROUP or count % WARPGROUP:
             raise at_span(
@@ -44,8 +52,8 @@ class RegisterBudget:
                 "put it where whole warpgroups run (`if tx < 128:`, `elif tx < 256:`, ...)",
                 span,
             )
-        kind, registers = match.group(1), int(match.group(2))
-        if kind == "dec" and registers > launch_count(threads):
+        registers = intrinsic.param(stmt, "registers")
+        if intrinsic is intrinsics.SETMAXNREG_DEC and registers > launch_count(threads):
             # ptxas refuses it (C7406); below that, a lowering above the count ptxas picked runs
             # (seen on the H200: 64 and 160 in a 384-thread kernel launched with far fewer).
             raise at_span(
@@ -80,3 +88,25 @@ class RegisterBudget:
                 f"(e.g. the producer's to 24, or the others' to fit {groups * have})",
                 max((per_group[g] for g in range(groups)), key=lambda a: a[0])[1],
             )
+
+
+def check_register_budget(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    scope = Scope()
+    budget = [RegisterBudget()]
+
+    def on_eval(stmt, recurse):
+        threads_here = scope.thread_var()[1] if scope.threads else 0
+        budget[0].note(stmt, scope.thread_offset(), threads_here, scope.block_thread()[1])
+        return stmt
+
+    def on_attr(stmt, recurse):
+        if not is_innermost_thread_extent(stmt):
+            return recurse(stmt)
+        outer, budget[0] = budget[0], RegisterBudget()  # one budget per kernel
+        recurse(stmt)
+        budget[0].check()
+        budget[0] = outer
+        return stmt
+
+    mutate_with_scope(func.body, scope, {tirx.Evaluate: on_eval, tirx.AttrStmt: on_attr})
+    return func

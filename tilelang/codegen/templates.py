@@ -1,0 +1,86 @@
+"""The C++ names of the device intrinsics (`tilelang/intrinsics.py`): the one place that spells them.
+
+Lowering leaves each templated device call as an intrinsic whose template parameters are integer
+arguments. Right before TVM's CUDA codegen, `spell` turns every such call into the plain extern
+call TVM prints, and gathers what the code generator adds around the kernels:
+
+    T.tl_device_wgmma_ss(128, 128, 64, 2, 1, 0, 1, ..., A, B, C, wg)
+      -> tl::wgmma_ss<128, 128, 64, 2, 1, false, true, ...>(A, B, C, wg);
+    T.tl_device_cluster_dims(2, 1, 1)
+      -> tl::cluster_dims<2, 1, 1>();  and __cluster_dims__(2, 1, 1) on the kernel
+
+A template's C++ name is `tl::<intrinsic name>`, its parameters in the intrinsic's order, flags
+as `true`/`false`. What the generated source is read for afterwards (ptxas's register report
+against the setmaxnreg calls, `register_counts.py`) uses `setmaxnreg_calls` here, the inverse of
+this spelling.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import tvm_ffi
+from tvm import ir, tirx
+
+from tilelang import intrinsics
+
+
+def name(intrinsic: intrinsics.Intrinsic, template: dict) -> str:
+    """The C++ name of `intrinsic` instantiated with `template` ({parameter: value})."""
+    if not intrinsic.params:
+        return f"tl::{intrinsic.name}"
+    values = [
+        ("true" if template[p] else "false") if p in intrinsic.flags else str(int(template[p]))
+        for p in intrinsic.params
+    ]
+    return f"tl::{intrinsic.name}<{', '.join(values)}>"
+
+
+@dataclass
+class Kernel:
+    """What the code generator adds around one `__global__` function, from its intrinsics."""
+
+    cluster_dims: tuple | None = None  # (x, y, z) of a kernel launched in clusters
+    extended_wgmma_n: bool = False  # a wgmma N only the template's extended atoms have
+    setmaxnreg: list = field(default_factory=list)  # [("inc" | "dec", registers)]
+
+
+def spell(mod) -> tuple:
+    """(`mod` with every intrinsic call spelled as an extern call, {kernel name: Kernel})."""
+    kernels, funcs = {}, {}
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc):
+            funcs[gv] = func
+            continue
+        facts = Kernel()
+        symbol = func.attrs.get("global_symbol") if func.attrs is not None else None
+        kernels[str(symbol) if symbol is not None else gv.name_hint] = facts
+
+        def on_call(call, facts=facts):
+            intrinsic = intrinsics.lookup(call)
+            if intrinsic is None:
+                return call
+            template = intrinsic.template(call)
+            _note(facts, intrinsic, template)
+            return tirx.call_extern(str(call.ty.dtype), name(intrinsic, template), *intrinsic.args(call))
+
+        funcs[gv] = func.with_body(tvm_ffi.structural_map(func.body, [(ir.Call, on_call)], order="post"))
+    return ir.IRModule(funcs, attrs=mod.attrs), kernels
+
+
+def _note(facts: Kernel, intrinsic, template: dict) -> None:
+    if intrinsic is intrinsics.CLUSTER_DIMS:
+        facts.cluster_dims = (template["x"], template["y"], template["z"])
+    elif intrinsic in intrinsics.WGMMAS:
+        facts.extended_wgmma_n |= template["N"] // template["wg_n"] not in intrinsics.WGMMA_BASE_N
+    elif intrinsic in intrinsics.SETMAXNREGS:
+        facts.setmaxnreg.append((intrinsic.name.rsplit("_", 1)[1], template["registers"]))
+
+
+_SETMAXNREG = re.compile(r"tl::setmaxnreg_(inc|dec)<(\d+)>")
+
+
+def setmaxnreg_calls(source: str) -> list:
+    """[("inc" | "dec", registers)] of the setmaxnreg calls in generated source, in order."""
+    return [(kind, int(registers)) for kind, registers in _SETMAXNREG.findall(source)]
