@@ -15,9 +15,12 @@ through three views that add the fork's names:
     isinstance(func, tvm.tir.PrimFunc)      # the same class as tvm.tirx.PrimFunc
     n = tvm.tir.IntImm("int32", 128)
 
-The views are objects in front of the modules, not changes to them: `import tvm` elsewhere still
-gets TVM exactly as installed. Names the fork has and TVM 0.27 lacks (e.g. `tir.stmt_functor`)
-raise an AttributeError that says what 0.27 has instead.
+The views are objects in front of the modules. One change reaches TVM itself: the three names the
+fork has in `tvm.tirx` and 0.27 keeps in `tvm.ir` (PrimExpr, Call, StringImm) are added to
+`tvm.tirx` as aliases, because code written for the public TileLang imports them from TVM directly
+(`from tvm import tirx` then `def f(x: tirx.PrimExpr)`); no name TVM has is changed. Names the fork
+has and TVM 0.27 lacks (e.g. `tir.stmt_functor`) raise an AttributeError that says what 0.27 has
+instead.
 """
 
 from __future__ import annotations
@@ -66,6 +69,11 @@ class _TestingView(_View):
             return getattr(tilelang_testing, attr)
         return super().__getattr__(attr)
 
+
+_FORK_NAMES = {"PrimExpr": _ir.Expr, "Call": _ir.Call, "StringImm": _ir.StringImm}
+for _name, _value in _FORK_NAMES.items():
+    if not hasattr(_tirx, _name):
+        setattr(_tirx, _name, _value)
 
 tir = _View(__name__ + ".tir", _tirx, {"PrimExpr": _ir.Expr, "Call": _ir.Call, "StringImm": _ir.StringImm})
 tirx = tir
