@@ -35,15 +35,12 @@ def get_target_compute_version(target=None) -> str:
     """The compute capability ("8.0", "9.0", "12.0") of `target`, else of the current GPU.
 
     Raises: UserError when there is neither a target nor a GPU."""
-    arch = _arch_of(target)
+    from tilelang.utils.target import detect_arch
+
+    arch = _arch_of(target) if target is not None else detect_arch()  # detect_arch: the GPU, via torch
     if arch is not None:
         digits = re.match(r"sm_(\d+)", arch).group(1)
         return f"{digits[:-1]}.{digits[-1]}"
-    from tilelang.testing import compute_capability, has_gpu
-
-    if has_gpu():
-        major, minor = compute_capability()
-        return f"{major}.{minor}"
     raise UserError(
         "no CUDA architecture was given and no GPU is visible; pass a target such as 'sm_90a' "
         "or {'kind': 'cuda', 'arch': 'sm_90a'}"

@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-import tilelang.testing
 from tilelang.contrib import nvcc
 from tilelang.errors import UserError
+from tilelang.utils import target as target_utils
 
 
 def test_compute_version_of_targets():
@@ -19,12 +19,14 @@ def test_compute_version_of_targets():
 
 
 def test_compute_version_of_the_gpu(monkeypatch):
-    monkeypatch.setattr(tilelang.testing, "has_gpu", lambda: True)
-    monkeypatch.setattr(tilelang.testing, "compute_capability", lambda: (8, 6))
+    monkeypatch.setattr(target_utils, "detect_arch", lambda: "sm_86")
     assert nvcc.get_target_compute_version() == "8.6"
-    monkeypatch.setattr(tilelang.testing, "has_gpu", lambda: False)
+    monkeypatch.setattr(target_utils, "detect_arch", lambda: "sm_90a")
+    assert nvcc.get_target_compute_version() == "9.0" and nvcc.have_tensorcore()
+    monkeypatch.setattr(target_utils, "detect_arch", lambda: None)
     with pytest.raises(UserError, match="no GPU is visible"):
         nvcc.get_target_compute_version()
+    assert not nvcc.have_tensorcore()
 
 
 def test_parse_and_arch():
