@@ -339,16 +339,6 @@ def test_alloc_buffer_scopes():
         T.alloc_buffer((4,), T.float32, scope="texture")
 
 
-def test_global_workspace_is_a_clear_error():
-    with pytest.raises(UserError, match=r"global workspace .* pass it to the kernel as a T.Tensor"):
-
-        @T.prim_func
-        def main(A: T.Tensor((64,), T.float32)):
-            W = T.alloc_global((64,), T.float32)  # noqa: F841
-            with T.Kernel(1, threads=64):
-                A[0] = 1.0
-
-
 def test_layout_from_a_function():
     swz = T.Layout((64, 64), lambda i, j: [i, (j // 8) ^ (i % 8), j % 8])
     assert swz.output_shape == (64, 8, 8) and swz.physical_size == 4096
@@ -384,7 +374,7 @@ def test_layout_annotates_a_shared_tile():
 def test_tvm_names_are_tvms():
     from tvm.script import tirx as S
 
-    assert T.comm_reducer is S.comm_reducer and T.tvm_thread_allreduce is S.tvm_thread_allreduce
+    assert T.comm_reducer is S.comm_reducer
     assert T.tvm_warp_shuffle is S.tvm_warp_shuffle
 
     @T.prim_func
