@@ -124,9 +124,15 @@ WGMMA_BASE_N = (8, 16, 32, 64, 96, 128, 192, 256)
 
 # Wait until at most `pending` of this thread's wgmma groups still run.
 WGMMA_WAIT = _define("wgmma_wait", "pending")
+# The `count` registers of a fragment's array are read by the tensor cores only up to here (after a
+# wgmma wait); argument: the array.
+FENCE_REGISTERS = _define("fence_registers", "count")
 
 # ---- pipelines (copy_async.h, tma.h) ---------------------------------------------------------------
 
+# Copy `bytes` (4, 8 or 16) from global to shared memory asynchronously; arguments: destination,
+# source, and whether the source is in bounds (else zeros).
+CP_ASYNC = _define("cp_async", "bytes")
 # Wait until at most `pending` cp.async groups of this thread are in flight.
 CP_ASYNC_WAIT = _define("cp_async_wait", "pending")
 # The kernel runs in clusters of x * y * z blocks (a statement of the kernel's prelude; the code

@@ -23,6 +23,7 @@ import numpy as np
 import tvm_ffi
 from tvm import ir, tirx
 
+from tilelang import intrinsics
 from tilelang.errors import at_span
 from tilelang.layout import fragment as fl
 from tilelang.layout.evaluate import evaluate, grid
@@ -344,7 +345,7 @@ def _async_copy(body, lane, vec):
     dst = tirx.address_of(tirx.BufferLoad(body.buffer, [fl.substitute(i, first) for i in body.indices]))
     src = tirx.address_of(tirx.BufferLoad(value.source, [fl.substitute(i, first) for i in value.indices]))
     valid = fl.substitute(ok, first) if ok is not None else tirx.const(True, "bool")
-    call = tirx.Evaluate(tirx.call_extern("void", f"tl::cp_async<{nbytes}>", dst, src, valid))
+    call = intrinsics.CP_ASYNC.stmt({"bytes": nbytes}, dst, src, valid)
     return tirx.IfThenElse(guard, call, None) if guard is not None else call
 
 

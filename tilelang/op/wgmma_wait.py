@@ -2,7 +2,7 @@
 the registers they read or write in place until the wait.
 
 Made by the pipeline planner (`transform/wgmma_waits.py`), not by users (`T.wait_wgmma` is the
-user's plain wait). Lowering: `tl::wgmma_wait<pending>()`, then a register fence on each fragment
+user's plain wait). Lowering: the wgmma_wait intrinsic, then a register fence on each fragment
 (an empty asm that reads and writes every register of the array). The fences stop the compiler from
 reading an accumulator before the wait, or from reusing the registers of an A operand the tensor
 cores have not read yet.
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from tvm import tirx
 
+from tilelang import intrinsics
 from tilelang.op import base, gemm
-from tilelang.utils.ir import extern, i32, seq
+from tilelang.utils.ir import i32, seq
 
 NAME = "wgmma_wait"
 
@@ -47,8 +48,9 @@ class WgmmaWait(base.TileOp):
         return f"wait for wgmma ({self.pending} pending)"
 
     def lower(self, ctx) -> tirx.Stmt:
-        out = [extern(f"tl::wgmma_wait<{self.pending}>")]
+        out = [intrinsics.WGMMA_WAIT.stmt({"pending": self.pending})]
         for region in self.regions:
             ptr = gemm.pointer(region, ctx, 3)  # the fragment's register array
-            out.append(extern(f"tl::fence_registers<{int(ctx.local_of(region.buffer).shape[0])}>", ptr))
+            count = int(ctx.local_of(region.buffer).shape[0])
+            out.append(intrinsics.FENCE_REGISTERS.stmt({"count": count}, ptr))
         return seq(out)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
+from tilelang import intrinsics
 from tilelang.errors import CompilerError, UserError, at_span
 from tilelang.op import base
 from tilelang.op.gemm import mma, selection, wgmma
@@ -121,7 +122,7 @@ def wait_wgmma(pending: int = 0):
         ...                                   # work that does not touch C_local
         T.wait_wgmma(0)
     """
-    return tirx.call_extern("void", f"tl::wgmma_wait<{int(pending)}>")
+    return intrinsics.WGMMA_WAIT.call({"pending": int(pending)})
 
 
 def is_gemm(stmt) -> bool:
