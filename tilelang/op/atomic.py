@@ -23,6 +23,8 @@ compare-and-swap loop).
 from __future__ import annotations
 
 from tvm import ir, sym, tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as _tb
 
 from tilelang import intrinsics
 from tilelang.dtypes import bits as dtype_bits
@@ -263,18 +265,23 @@ def _vector_add(lanes: int, dst, value, return_prev: bool):
             f"{what}: return_prev=True is for float32 quads (a float4); {dtype} quads are added as two "
             f"pairs with no single old value: use T.atomic_addx2 twice"
         )
-    if vbuf.scope() != "local.fragment" and str(vbuf.dtype) == dtype:
+    if vbuf.scope() in ("shared", "shared.dyn", "local") and str(vbuf.dtype) == dtype:
         ramp = list(vidx[:-1]) + [tirx.Ramp(vidx[-1], 1, lanes)]
         values = [tirx.BufferLoad(vbuf, ramp)]  # one vector load
-    else:  # a fragment's registers (remapped one by one), or values to convert
+    else:  # a fragment's registers (remapped one by one), global elements (guarded one by one), conversions
         values = [
             _as_value(tirx.BufferLoad(vbuf, list(vidx[:-1]) + [vidx[-1] + k if k else vidx[-1]]), dtype)
             for k in range(lanes)
         ]
-    intrinsic = _VECTOR[f"atomic_addx{lanes}" + ("_ret" if return_prev else "")]
-    shared = dbuf.scope().startswith("shared")  # vector float atomics exist for global memory only
-    ret = f"{dtype}x{lanes}" if return_prev else "void"
-    return intrinsic.call({"shared": shared}, tirx.address_of(tirx.BufferLoad(dbuf, didx)), *values, dtype=ret)
+    template = {"shared": dbuf.scope().startswith("shared")}  # vector float atomics: global memory only
+    address = tirx.address_of(tirx.BufferLoad(dbuf, didx))
+    if not return_prev:
+        return _VECTOR[f"atomic_addx{lanes}"].call(template, address, *values)
+    # The old values go through a local array: TVM prints a vector-typed call lane by lane.
+    prev = IRBuilder.name("atomic_prev", _tb.alloc_buffer((lanes,), dtype, scope="local"))
+    zero = tirx.const(0, "int32")
+    _tb.evaluate(_VECTOR[f"atomic_addx{lanes}_ret"].call(template, address, *values, tirx.address_of(prev[zero])))
+    return tirx.BufferLoad(prev, [tirx.Ramp(zero, 1, lanes)])
 
 
 def atomic_addx2(dst, value, return_prev=False):

@@ -217,10 +217,13 @@ TL_DEVICE void atomic_store(T* address, V value) {
 // ---- vector atomics: 2 or 4 consecutive elements, each added atomically ----
 // half2 and bfloat162 are one 32-bit atomic (sm_60+ / sm_80+); float2 and float4 one atomic on
 // sm_90 in global memory (CUDA: vector float atomics are "only supported for global memory"),
-// else one per element. `Shared`: the destination is in shared memory.
+// else one per element. `Shared`: the destination is in shared memory. The _ret forms store the
+// old values at `prev` (a vector-typed call would be printed lane by lane, adding twice).
 
-template <bool Shared = false, typename T, typename V>
-TL_DEVICE auto atomic_addx2_ret(T* address, V value) {
+namespace atomic_detail {
+
+template <bool Shared, typename T, typename V>
+TL_DEVICE auto addx2(T* address, V value) {
   if constexpr (std::is_same_v<T, half>) {
     return atomicAdd(reinterpret_cast<half2*>(address), value);
   } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
@@ -234,25 +237,19 @@ TL_DEVICE auto atomic_addx2_ret(T* address, V value) {
   }
 }
 
-// The pair given element by element (a fragment's registers).
-template <bool Shared = false, typename T>
-TL_DEVICE auto atomic_addx2_ret(T* address, T a, T b) {
+template <typename T>
+TL_DEVICE auto pair(T a, T b) {
   if constexpr (std::is_same_v<T, half>) {
-    return atomic_addx2_ret<Shared>(address, __halves2half2(a, b));
+    return __halves2half2(a, b);
   } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return atomic_addx2_ret<Shared>(address, __halves2bfloat162(a, b));
+    return __halves2bfloat162(a, b);
   } else {
-    return atomic_addx2_ret<Shared>(address, make_float2(a, b));
+    return make_float2(a, b);
   }
 }
 
-template <bool Shared = false, typename T, typename... V>
-TL_DEVICE void atomic_addx2(T* address, V... value) {
-  atomic_addx2_ret<Shared>(address, value...);
-}
-
-template <bool Shared = false, typename V>
-TL_DEVICE float4 atomic_addx4_ret(float* address, V value) {
+template <bool Shared, typename V>
+TL_DEVICE float4 addx4(float* address, V value) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (!Shared) return atomicAdd(reinterpret_cast<float4*>(address), value);
 #endif
@@ -260,32 +257,66 @@ TL_DEVICE float4 atomic_addx4_ret(float* address, V value) {
                      atomicAdd(address + 3, value.w));
 }
 
-template <bool Shared = false>
-TL_DEVICE float4 atomic_addx4_ret(float* address, float a, float b, float c, float d) {
-  return atomic_addx4_ret<Shared>(address, make_float4(a, b, c, d));
+template <typename T, typename V>
+TL_DEVICE void store(T* prev, V old) {
+  *reinterpret_cast<V*>(prev) = old;
 }
 
-// Four halves or bfloat16s (the code generator's half4/nv_bfloat164, fields x y z w): two pairs.
+}  // namespace atomic_detail
+
+// A pair as one vector value (`*(half2*)&x[i]`), or element by element (a fragment's registers).
+template <bool Shared = false, typename T, typename V>
+TL_DEVICE void atomic_addx2(T* address, V value) {
+  atomic_detail::addx2<Shared>(address, value);
+}
+
+template <bool Shared = false, typename T>
+TL_DEVICE void atomic_addx2(T* address, T a, T b) {
+  atomic_detail::addx2<Shared>(address, atomic_detail::pair(a, b));
+}
+
+template <bool Shared = false, typename T, typename V>
+TL_DEVICE void atomic_addx2_ret(T* address, V value, T* prev) {
+  atomic_detail::store(prev, atomic_detail::addx2<Shared>(address, value));
+}
+
+template <bool Shared = false, typename T>
+TL_DEVICE void atomic_addx2_ret(T* address, T a, T b, T* prev) {
+  atomic_detail::store(prev, atomic_detail::addx2<Shared>(address, atomic_detail::pair(a, b)));
+}
+
+// Four floats as one value (float4) or one by one; four halves or bfloat16s (the code
+// generator's half4/nv_bfloat164, fields x y z w) as two pairs.
 template <bool Shared = false, typename T, typename V>
 TL_DEVICE void atomic_addx4(T* address, V value) {
   if constexpr (std::is_same_v<T, float>) {
-    atomic_addx4_ret<Shared>(address, value);
+    atomic_detail::addx4<Shared>(address, value);
   } else {
     static_assert(std::is_same_v<T, half> || std::is_same_v<T, __nv_bfloat16>,
                   "T.atomic_addx4 adds float32, float16 or bfloat16 quads");
-    atomic_addx2<Shared>(address, value.x, value.y);
-    atomic_addx2<Shared>(address + 2, value.z, value.w);
+    atomic_detail::addx2<Shared>(address, atomic_detail::pair(value.x, value.y));
+    atomic_detail::addx2<Shared>(address + 2, atomic_detail::pair(value.z, value.w));
   }
 }
 
 template <bool Shared = false, typename T>
 TL_DEVICE void atomic_addx4(T* address, T a, T b, T c, T d) {
   if constexpr (std::is_same_v<T, float>) {
-    atomic_addx4_ret<Shared>(address, a, b, c, d);
+    atomic_detail::addx4<Shared>(address, make_float4(a, b, c, d));
   } else {
-    atomic_addx2<Shared>(address, a, b);
-    atomic_addx2<Shared>(address + 2, c, d);
+    atomic_detail::addx2<Shared>(address, atomic_detail::pair(a, b));
+    atomic_detail::addx2<Shared>(address + 2, atomic_detail::pair(c, d));
   }
+}
+
+template <bool Shared = false, typename V>
+TL_DEVICE void atomic_addx4_ret(float* address, V value, float* prev) {
+  atomic_detail::store(prev, atomic_detail::addx4<Shared>(address, value));
+}
+
+template <bool Shared = false>
+TL_DEVICE void atomic_addx4_ret(float* address, float a, float b, float c, float d, float* prev) {
+  atomic_detail::store(prev, atomic_detail::addx4<Shared>(address, make_float4(a, b, c, d)));
 }
 
 // ---- bulk add of a shared-memory row into global memory (T.atomic_add(use_tma=True), sm_90) ----

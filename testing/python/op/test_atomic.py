@@ -98,6 +98,24 @@ def test_generated_cuda_compiles(target):
     cuda.compile_object(src, kernel.target)
 
 
+def test_vector_old_values_go_through_a_local_array():
+    @T.prim_func
+    def main(X: T.Tensor((64,), "float32"), P: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=32):
+            tx = T.get_thread_binding()
+            old = T.alloc_local((4,), "float32")
+            S = T.alloc_shared((64,), "float32")
+            T.copy(X, S)
+            old[0:4] = T.atomic_addx4(X[tx % 16 * 4], S[tx % 16 * 4], return_prev=True)
+            P[tx] = old[1]
+
+    kernel = tilelang.compile(main, target="sm_90a")
+    src = kernel.get_kernel_source()
+    # One call (a float4-typed call would be printed once per lane, adding four times).
+    assert src.count("tl::atomic_addx4_ret<false>(") == 1 and "(&(atomic_prev_ptr[0])));" in src
+    cuda.compile_object(src, kernel.target)
+
+
 _INSTANTIATIONS = r"""
 #include "tl_templates/cuda/common.h"
 #include "tl_templates/cuda/atomic.h"
@@ -118,11 +136,11 @@ extern "C" __global__ void every_form(float* f, double* d, half* h, nv_bfloat16*
   tl::atomic_addx2(h, *(half2*)(h + 2)); tl::atomic_addx2(b, *(nv_bfloat162*)(b + 2));
   tl::atomic_addx2(f, *(float2*)(s + 2)); tl::atomic_addx2<true>(s, *(float2*)(f + 2));
   tl::atomic_addx4<true>(s, 1.f, 2.f, 3.f, 4.f); tl::atomic_addx4<true>((half*)s, h[0], h[1], h[2], h[3]);
-  float2 r2 = tl::atomic_addx2_ret(f, *(float2*)(s));
-  half2 h2 = tl::atomic_addx2_ret(h, h[0], h[1]);
+  float2 r2; tl::atomic_addx2_ret(f, *(float2*)(s), (float*)&r2);
+  half2 h2; tl::atomic_addx2_ret<true>((half*)s, h[0], h[1], (half*)&h2);
   tl::atomic_addx4(f, *(float4*)(s)); tl::atomic_addx4(h, *(half4*)(h)); tl::atomic_addx4(b, *(nv_bfloat164*)(b));
   tl::atomic_addx4(f, 1.f, 2.f, 3.f, 4.f); tl::atomic_addx4(h, h[0], h[1], h[2], h[3]); tl::atomic_addx2(b, b[0], b[1]);
-  float4 r4 = tl::atomic_addx4_ret(f, *(float4*)(s));
+  float4 r4; tl::atomic_addx4_ret(f, *(float4*)(s), (float*)&r4); tl::atomic_addx4_ret<true>(s, 1.f, 2.f, 3.f, 4.f, (float*)&r4);
   out[3] = r2.x + r4.y + (float)h2.x;
 #if __CUDA_ARCH__ >= 900
   tl::atomic_bulk_fence();
