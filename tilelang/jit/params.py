@@ -64,11 +64,19 @@ def format_shape(shape) -> str:
 
 
 def params_of(func) -> list[Param]:
+    from tvm import tirx
+
     from tilelang.dtypes import canonical
+    from tilelang.errors import UserError
     from tilelang.language.symbolics import dim_text
 
     out = []
     for p in func.params:
+        if not tirx.is_buffer_var(p):  # a pointer parameter (`p: T.ptr(...)`)
+            raise UserError(
+                f"kernel parameter '{p.name}' is a pointer (T.ptr): the launcher takes tensors; declare it "
+                f"as a T.Tensor, or pass device addresses in a T.Tensor([n], T.ptr) table for T.make_tensor"
+            )
         shape = tuple(dim_text(s) for s in p.shape)
         symbols = {}
         for dim in p.shape:

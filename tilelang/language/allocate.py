@@ -91,14 +91,34 @@ def alloc_buffer(shape, dtype="float32", scope="global", *, what="T.alloc_buffer
 
 
 def alloc_global(shape, dtype, scope="global"):
-    """TileLang's global-memory workspace that the runtime allocates for each launch. Not
-    supported yet: a UserError saying to pass the workspace as a kernel argument instead."""
-    del scope
-    raise UserError(
-        f"T.alloc_global / T.alloc_buffer(scope='global') of shape {_fmt(_shape(shape, 'T.alloc_global'))}: "
-        "a global workspace allocated by the runtime is not supported yet; allocate it with torch and "
-        "pass it to the kernel as a T.Tensor argument (with @tilelang.jit(out_idx=...) it can be an output)"
-    )
+    """A scratch tensor in global memory for the kernels of this function (a workspace): allocated by
+    the launcher before the first `T.Kernel` launches and freed after the last, on the stream they
+    run on. Uninitialized. Call it before the kernels that use it; the kernels of one function can
+    pass data through it (a split-K partial result, then its reduction).
+
+    Memory comes from the caller's allocator when it provides one (torch's caching allocator when
+    the kernel is called with torch tensors), else from the CUDA stream-ordered allocator.
+
+    Errors: UserError if called inside `with T.Kernel(...)`, or `scope` is not "global".
+
+    Example:
+        glse = T.alloc_global([batch, heads, num_split], "float32")
+        with T.Kernel(...):   # writes glse
+            ...
+        with T.Kernel(...):   # reads glse
+            ...
+    """
+    from tilelang.language.kernel import _open_kernels
+
+    dims = _shape(shape, "T.alloc_global")
+    if scope != "global":
+        raise UserError(f"T.alloc_global: scope must be 'global', got {scope!r} (use T.alloc_shared for shared memory)")
+    if _open_kernels:
+        raise UserError(
+            f"T.alloc_global({_fmt(dims)}) inside `with T.Kernel(...)`: a global workspace belongs to the "
+            "whole function (its kernels share it); allocate it before the first `with T.Kernel`"
+        )
+    return _tb.alloc_buffer(dims, canonical(dtype), scope="global")
 
 
 def alloc_var(dtype, init=None):
@@ -128,7 +148,10 @@ def Tensor(shape, dtype="float32", data=None):
         dtype = "int64"
     if data is None:
         return _script.Buffer(dims, canonical(dtype))
-    return _tb.decl_buffer(dims, canonical(dtype), data=data)
+    from tilelang.op.view import alias  # `X.data` of a buffer: a checked view of X (op/view.py)
+
+    viewed = alias(data, dims, dtype, "T.Tensor")
+    return viewed if viewed is not None else _tb.decl_buffer(dims, canonical(dtype), data=data)
 
 
 Buffer = Tensor
@@ -162,6 +185,10 @@ def make_tensor(pointer, shape, dtype="float32", strides=None):
             f"T.make_tensor: expected a device address (an int64 element of a T.Tensor([n], T.ptr) table) "
             f"or a pointer parameter, got {pointer!r}"
         )
+    if strides is None:  # spelled out: no TMA descriptor, which the host encodes, for a device address
+        from tilelang.op.view import compact_strides
+
+        strides = compact_strides(dims)
     return _tb.decl_buffer(dims, dtype, data=data, strides=strides)
 
 
