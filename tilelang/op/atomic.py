@@ -1,5 +1,6 @@
-"""Atomics: `T.atomic_add`, `T.atomic_max`, `T.atomic_min` on one element or a tile, `T.atomic_addx2`
-and `T.atomic_addx4` on 2 or 4 consecutive elements, `T.atomic_load` and `T.atomic_store`.
+"""Atomics: `T.atomic_add`, `T.atomic_max`, `T.atomic_min` on one element or a tile, `T.atomic_or` on one
+integer element, `T.atomic_addx2` and `T.atomic_addx4` on 2 or 4 consecutive elements, `T.atomic_load`
+and `T.atomic_store`.
 
 Element form: `T.atomic_add(C[i, j], v)` is one call to `tl::atomic_add` (src/tl_templates/cuda/
 atomic.h), an expression: with `return_prev=True` it is the value the element held before. A
@@ -36,7 +37,16 @@ from tilelang.utils.ir import const_int, extern, is_one, is_zero, seq
 from tilelang.utils.target import arch_of, compute_capability
 
 NAME = "atomic_add"
-__all__ = ["atomic_add", "atomic_max", "atomic_min", "atomic_addx2", "atomic_addx4", "atomic_load", "atomic_store"]
+__all__ = [
+    "atomic_add",
+    "atomic_max",
+    "atomic_min",
+    "atomic_or",
+    "atomic_addx2",
+    "atomic_addx4",
+    "atomic_load",
+    "atomic_store",
+]
 ELEMENT = "tl::atomic_add"  # the plain element add (legalize_safe_memory_access guards its target)
 
 # TileLang's memory-order ids (atomic.h's kRelaxed ... kSeqCst).
@@ -95,6 +105,7 @@ _ORDERED = {
     for kind in ("add", "max", "min")
     for name in (f"atomic_{kind}", f"atomic_{kind}_ret")
 }
+ATOMIC_OR = _templated("atomic_or", "order")
 ATOMIC_LOAD = _templated("atomic_load", "order")
 ATOMIC_STORE = _templated("atomic_store", "order")
 _VECTOR = {
@@ -231,6 +242,20 @@ def atomic_min(dst, value, memory_order=None, return_prev=False):
     Example: T.atomic_min(First[0], i)
     """
     return _atomic("min", dst, value, memory_order, return_prev)
+
+
+def atomic_or(dst, value, memory_order=None):
+    """Atomically set `dst` (one int32/uint32/int64/uint64 element) to `dst | value`.
+
+    Example: T.atomic_or(Mask[word], 1 << bit)
+    """
+    what = "T.atomic_or"
+    if not isinstance(dst, ir.TensorLoad):
+        raise UserError(f"{what}: the destination is one element (e.g. Mask[i]), got {dst!r}")
+    _check_memory(what, dst.source)
+    _check_dtype(what, dst.source, ("int32", "uint32", "int64", "uint64"))
+    value = _as_value(value, str(dst.source.dtype))
+    return ATOMIC_OR.call({"order": _order_id(what, memory_order)}, tirx.address_of(dst), value)
 
 
 # ---- T.atomic_addx2 / T.atomic_addx4 --------------------------------------------------------------

@@ -171,6 +171,15 @@ TL_DEVICE T atomic_min_ret(T* address, V value) {
   return old;
 }
 
+template <int Order = kRelaxed, typename T, typename V>
+TL_DEVICE void atomic_or(T* address, V value) {
+  static_assert(std::is_integral_v<T> && (sizeof(T) == 4 || sizeof(T) == 8), "T.atomic_or: 32 or 64-bit integers");
+  using C = std::conditional_t<sizeof(T) == 4, unsigned int, unsigned long long>;
+  fence_before_atomic<Order>();
+  atomicOr(reinterpret_cast<C*>(address), static_cast<C>(static_cast<T>(value)));
+  fence_after_atomic<Order>();
+}
+
 // ---- atomic loads and stores (PTX ld/st .relaxed.gpu in the same fence patterns) ----
 
 namespace atomic_detail {

@@ -59,6 +59,7 @@ def _many_forms():
                 T.atomic_addx2(H[j * 2], S[i, j * 2])
             T.atomic_store(I[2], T.atomic_load(I[3], memory_order="acquire") + 1, memory_order="release")
             T.atomic_add(I[0:4], 2)
+            T.atomic_or(I[3], 1 << (tx % 8), memory_order="release")
 
     return main
 
@@ -70,6 +71,7 @@ def test_element_calls_name_the_op_and_order():
     assert ("atomic_max", {"order": 0}) in calls
     assert ("atomic_addx4", {"shared": 0}) in calls and ("atomic_addx2", {"shared": 0}) in calls
     assert ("atomic_load", {"order": 2}) in calls and ("atomic_store", {"order": 3}) in calls
+    assert ("atomic_or", {"order": 3}) in calls
     ops = [type(op).__name__ for op in map(base.parse, collect(_many_forms().body, tirx.Evaluate)) if op]
     assert ops.count("AtomicMax") == 1 and ops.count("AtomicAdd") == 1  # the two tile forms
 
@@ -133,6 +135,7 @@ extern "C" __global__ void every_form(float* f, double* d, half* h, nv_bfloat16*
   out[1] = tl::atomic_max_ret(f, 1.0f) + (float)tl::atomic_min_ret<5>(b, 2.0f) + tl::atomic_max_ret(i, 3);
   out[2] = tl::atomic_load(f) + tl::atomic_load<2>(i) + (float)tl::atomic_load<0>(h) + tl::atomic_load<1>(d);
   tl::atomic_store(f, 1.0f); tl::atomic_store<3>(h, 2.0f); tl::atomic_store<0>(l, 3);
+  tl::atomic_or(i, 4); tl::atomic_or<5>(u, 4u); tl::atomic_or(l, 4); tl::atomic_or<2>(ul, 4);
   tl::atomic_addx2(h, *(half2*)(h + 2)); tl::atomic_addx2(b, *(nv_bfloat162*)(b + 2));
   tl::atomic_addx2(f, *(float2*)(s + 2)); tl::atomic_addx2<true>(s, *(float2*)(f + 2));
   tl::atomic_addx4<true>(s, 1.f, 2.f, 3.f, 4.f); tl::atomic_addx4<true>((half*)s, h[0], h[1], h[2], h[3]);
@@ -140,7 +143,9 @@ extern "C" __global__ void every_form(float* f, double* d, half* h, nv_bfloat16*
   half2 h2; tl::atomic_addx2_ret<true>((half*)s, h[0], h[1], (half*)&h2);
   tl::atomic_addx4(f, *(float4*)(s)); tl::atomic_addx4(h, *(half4*)(h)); tl::atomic_addx4(b, *(nv_bfloat164*)(b));
   tl::atomic_addx4(f, 1.f, 2.f, 3.f, 4.f); tl::atomic_addx4(h, h[0], h[1], h[2], h[3]); tl::atomic_addx2(b, b[0], b[1]);
-  float4 r4; tl::atomic_addx4_ret(f, *(float4*)(s), (float*)&r4); tl::atomic_addx4_ret<true>(s, 1.f, 2.f, 3.f, 4.f, (float*)&r4);
+  float4 r4;
+  tl::atomic_addx4_ret(f, *(float4*)(s), (float*)&r4);
+  tl::atomic_addx4_ret<true>(s, 1.f, 2.f, 3.f, 4.f, (float*)&r4);
   out[3] = r2.x + r4.y + (float)h2.x;
 #if __CUDA_ARCH__ >= 900
   tl::atomic_bulk_fence();
@@ -307,6 +312,13 @@ def test_vector_and_load_store_errors():
         def int_pair(X: T.Tensor((8,), "int32")):
             with T.Kernel(1, threads=32):
                 T.atomic_addx2(X[0], X[2])
+
+    with _raises_at(r"T.atomic_or: 'X' holds float32", "T.atomic_or(X[0], 1)"):
+
+        @T.prim_func
+        def float_or(X: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32):
+                T.atomic_or(X[0], 1)
 
     with _raises_at(r"T.atomic_load: memory_order must be one of", 'T.atomic_load(X[0], memory_order="release")'):
 

@@ -214,3 +214,25 @@ def test_use_tma_bulk_add(dtype):
     bulk_add(rows, cols, dtype)(a, c)
     atol = {"float32": 1e-4, "float16": 0.25, "bfloat16": 1.0}[dtype]  # eight rounded adds of values up to ~40
     torch.testing.assert_close(c.float(), ref, rtol=0.02, atol=atol)
+
+
+@tilelang.jit
+def set_bits(n):
+    @T.prim_func
+    def main(Bits: T.Tensor((n,), "int32"), Mask: T.Tensor((n // 32,), "int32")):
+        with T.Kernel(T.ceildiv(n, 128), threads=128) as bx:
+            i = bx * 128 + T.get_thread_binding()
+            if Bits[i] != 0:
+                T.atomic_or(Mask[i // 32], 1 << (i % 32), memory_order="relaxed")
+
+    return main
+
+
+def test_atomic_or_sets_each_threads_bit():
+    n = 4096
+    bits = torch.randint(0, 2, (n,), dtype=torch.int32, device="cuda")
+    mask = torch.zeros(n // 32, dtype=torch.int32, device="cuda")
+    set_bits(n)(bits, mask)
+    weights = torch.tensor([1 << k for k in range(32)], dtype=torch.int64, device="cuda")
+    ref = ((bits.view(-1, 32).long() * weights).sum(1) & 0xFFFFFFFF).to(torch.int64)
+    assert torch.equal(mask.long() & 0xFFFFFFFF, ref)
