@@ -21,7 +21,7 @@ from tilelang.dtypes import dtype as DataType  # noqa: E402,F401  (tilelang.Data
 
 # isort: split
 from tilelang import cache  # noqa: E402,F401
-from tilelang.jit import compile, jit  # noqa: E402,F401,A004
+from tilelang.jit import JITKernel, compile, jit  # noqa: E402,F401,A004
 from tilelang.options import PassConfigKey  # noqa: E402,F401
 
 # isort: split

@@ -92,8 +92,8 @@ def _closure(fn) -> list:
     return [f"{name}={cell.cell_contents!r}" for name, cell in zip(fn.__code__.co_freevars, cells)]
 
 
-def key_for(factory, args, kwargs, out_idx, target, pass_configs) -> str:
-    """The cache key of one compiled kernel (hex sha256)."""
+def key_for(factory, args, kwargs, out_idx, target, pass_configs, compile_flags=()) -> str:
+    """The cache key of one compiled kernel (hex sha256); `compile_flags` are the extra nvcc flags."""
     import tvm
 
     from tilelang import __version__
@@ -108,6 +108,7 @@ def key_for(factory, args, kwargs, out_idx, target, pass_configs) -> str:
         "out_idx": repr(out_idx),
         "target": str(target),
         "pass_configs": repr(sorted((pass_configs or {}).items())),
+        "compile_flags": list(compile_flags),
         "versions": [__version__, compiler_fingerprint(), tvm.__version__, nvcc_version()],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

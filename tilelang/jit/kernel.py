@@ -38,14 +38,33 @@ class JITKernel:
     latency = None
     ref_latency = None
 
-    def __init__(self, func, out_idx=None, target=None, pass_configs=None, name: str | None = None, times=None):
+    def __init__(
+        self,
+        func,
+        out_idx=None,
+        execution_backend=None,
+        target=None,
+        target_host=None,
+        verbose=False,
+        pass_configs=None,
+        compile_flags=None,
+        name: str | None = None,
+        times=None,
+    ):
+        """Compile `func` (passes and code generation; nvcc runs at the first call). The keywords
+        are those of `tilelang.compile` (see tilelang/jit/options.py for what each does)."""
         from tilelang.codegen import cuda
         from tilelang.engine.pipeline import lower
+        from tilelang.jit.options import check_execution_backend, check_target_host, normalize_compile_flags
         from tilelang.utils.target import determine_target
 
+        check_execution_backend(execution_backend, "JITKernel")
+        check_target_host(target_host, "JITKernel")
         self.prim_func = func
         self.target = determine_target(target)
         self.pass_configs = dict(pass_configs or {})
+        self.compile_flags = normalize_compile_flags(compile_flags, "JITKernel")
+        self.verbose = bool(verbose)
         self.options = CompileOptions.from_pass_configs(self.pass_configs)
         # The name shown in errors and given to the host function: the factory's, or the prim_func's.
         self.name = name or str(func.attrs.get("global_symbol", "main") if func.attrs else "main")
@@ -76,6 +95,8 @@ class JITKernel:
         self.prim_func = None
         self.target = determine_target(meta["arch"])
         self.pass_configs = dict(meta["pass_configs"])
+        self.compile_flags = tuple(meta.get("compile_flags", ()))
+        self.verbose = False
         self.name = meta["name"]
         self.params = [Param.from_json(p) for p in meta["params"]]
         self.out_idx = list(meta["out_idx"])
@@ -93,6 +114,7 @@ class JITKernel:
             "name": self.name,
             "arch": arch_of(self.target),
             "pass_configs": {k: v for k, v in self.pass_configs.items() if isinstance(v, (bool, int, float, str))},
+            "compile_flags": list(self.compile_flags),
             "params": [p.to_json() for p in self.params],
             "out_idx": self.out_idx,
         }
@@ -115,7 +137,12 @@ class JITKernel:
             if built_here:
                 fast_math = CompileOptions.from_pass_configs(self.pass_configs).fast_math
                 self._lib_path = cuda.build_library(
-                    self.kernel_source, self.host_source, self.target, fast_math=fast_math, times=self.compile_times
+                    self.kernel_source,
+                    self.host_source,
+                    self.target,
+                    fast_math=fast_math,
+                    extra_flags=self.compile_flags,
+                    times=self.compile_times,
                 )
                 if self._on_built is not None:
                     self._on_built(self)
@@ -127,7 +154,13 @@ class JITKernel:
             if built_here:
                 front = sum(self.compile_times.get(k, 0.0) for k in ("parse", "passes", "codegen"))
                 self.compile_times["wall"] = front + time.perf_counter() - start
-                report(self.name, self.compile_times)
+                if self.verbose:
+                    from tilelang.jit.options import log_compile
+
+                    phases = ", ".join(f"{k} {v:.2f}" for k, v in self.compile_times.items() if k != "wall")
+                    log_compile(True, "built %s in %.2f s: %s (seconds)", self.name, self.compile_times["wall"], phases)
+                else:
+                    report(self.name, self.compile_times)
         return self._func
 
     def get_profiler(self, tensor_supply_type=None):
@@ -147,9 +180,9 @@ class JITKernel:
         del meta["pass_configs"]  # how it was compiled; nothing a caller of the library needs
         write_library(path, self._lib_path, meta)
 
-    def get_kernel_source(self) -> str:
-        """The CUDA source of the device kernels."""
-        return self.kernel_source
+    def get_kernel_source(self, kernel_only: bool = True) -> str:
+        """The CUDA source of the device kernels; with `kernel_only=False`, followed by the host launcher."""
+        return self.kernel_source if kernel_only else self.kernel_source + "\n" + self.host_source
 
     def get_host_source(self) -> str:
         """The C++ source of the host launcher."""

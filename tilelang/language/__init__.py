@@ -69,6 +69,7 @@ from tilelang.language.allocate import (  # noqa: F401
     ptr,
 )
 from tilelang.language.annotations import Fragment, annotate_layout, use_swizzle  # noqa: F401
+from tilelang.language.eager import const, empty  # noqa: F401
 from tilelang.language.barriers import (  # noqa: F401
     alloc_barrier,
     barrier_arrive,

@@ -37,11 +37,18 @@ def prim_func(func=None, *, private=False, check_well_formed=True):
     """
     if func is None:
         return functools.partial(prim_func, private=private, check_well_formed=check_well_formed)
+    parse = functools.partial(_script.prim_func, func, private=private, check_well_formed=check_well_formed)
+    return finish_parse(parse, describe_function(func))
+
+
+def finish_parse(parse, where: str):
+    """Run `parse` (TVM's parser on one kernel, returning its PrimFunc) and give the two constructs of
+    the module doc TileLang's meaning; `where` locates the kernel in errors about its symbols."""
     loops.parallel_loop_vars.clear()
     annotations_mod.annotated_layouts.clear()
     try:
         try:
-            parsed = _script.prim_func(func, private=private, check_well_formed=check_well_formed)
+            parsed = parse()
         except DiagnosticError as err:
             # TVM's excepthook prints only a hint for its DiagnosticError, not the message.
             raise UserError(symbolics.explain_undefined(str(err).strip())) from None
@@ -50,7 +57,7 @@ def prim_func(func=None, *, private=False, check_well_formed=True):
     finally:
         loops.parallel_loop_vars.clear()
         annotations_mod.annotated_layouts.clear()
-    symbolics.check_symbols(parsed, describe_function(func))
+    symbolics.check_symbols(parsed, where)
     body = mark_parallel_loops(parsed.body, parallel)
     body = bind_single_store_scalars(body)
     parsed = parsed.with_body(body)

@@ -10,7 +10,6 @@ import pytest
 import tilelang
 import tilelang.language as T
 from tilelang import cache
-from tilelang.jit import _JITFactory
 from tilelang.utils.target import determine_target
 
 TRACED = []
@@ -59,33 +58,36 @@ def test_key_is_the_same_in_another_process():
 
 
 def test_hit_skips_tracing_and_nvcc(cache_dir):
-    first = _JITFactory(scaled_copy, [-1], "sm_80", None)(4096)
+    first = tilelang.jit(out_idx=[-1], target="sm_80")(scaled_copy)(4096)
     first._ensure_built()  # nvcc once; the entry is stored now
     assert len(os.listdir(cache_dir / "kernels")) == 1
     TRACED.clear()
-    again = _JITFactory(scaled_copy, [-1], "sm_80", None)(4096)  # a fresh factory: no in-memory hit
+    again = tilelang.jit(out_idx=[-1], target="sm_80")(scaled_copy)(4096)  # a fresh factory: no in-memory hit
     assert TRACED == [] and again.prim_func is None
     assert again.get_kernel_source() == first.get_kernel_source() and again.out_idx == [1]
     assert [p.shape for p in again.params] == [(4096,), (4096,)]
 
 
 def test_corrupt_entry_is_logged_and_rebuilt(cache_dir, caplog):
-    kernel = _JITFactory(scaled_copy, [-1], "sm_80", None)(2048)
+    kernel = tilelang.jit(out_idx=[-1], target="sm_80")(scaled_copy)(2048)
     kernel._ensure_built()
     (entry,) = (cache_dir / "kernels").iterdir()
     (entry / "kernel.so").write_bytes(b"truncated")
     TRACED.clear()
     with caplog.at_level("WARNING", logger="tilelang"):
-        _JITFactory(scaled_copy, [-1], "sm_80", None)(2048)
-    assert "corrupt cache entry" in caplog.text and TRACED == [2048] and not entry.exists()
+        tilelang.jit(out_idx=[-1], target="sm_80")(scaled_copy)(2048)
+    assert "corrupt cache entry" in caplog.text and TRACED == [2048]
+    # Traced again, the kernel came from this process's in-memory cache, already built: the entry is
+    # written again at once, whole, from its library.
+    assert cache.load(entry.name) is not None
 
 
 def test_concurrent_processes_leave_one_whole_entry(cache_dir):
     code = textwrap.dedent(f"""
         import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); sys.path.insert(0, {os.getcwd()!r})
         import test_cache
-        from tilelang.jit import _JITFactory
-        _JITFactory(test_cache.scaled_copy, [-1], "sm_80", None)(8192)._ensure_built()
+        import tilelang
+        tilelang.jit(out_idx=[-1], target="sm_80")(test_cache.scaled_copy)(8192)._ensure_built()
     """)
     env = dict(os.environ, TILELANG_CACHE_DIR=str(cache_dir))
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env) for _ in range(2)]
@@ -96,12 +98,12 @@ def test_concurrent_processes_leave_one_whole_entry(cache_dir):
 
 
 def test_clear_and_disable(cache_dir):
-    _JITFactory(scaled_copy, [-1], "sm_80", None)(1024)._ensure_built()
+    tilelang.jit(out_idx=[-1], target="sm_80")(scaled_copy)(1024)._ensure_built()
     cache.clear()
     assert not (cache_dir / "kernels").exists()
     cache.disable()
     try:
-        _JITFactory(scaled_copy, [-1], "sm_80", None)(1024)._ensure_built()
+        tilelang.jit(out_idx=[-1], target="sm_80")(scaled_copy)(1024)._ensure_built()
         assert not (cache_dir / "kernels").exists()
     finally:
         cache.enable()

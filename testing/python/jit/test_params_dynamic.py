@@ -10,7 +10,6 @@ import torch
 import tilelang
 import tilelang.language as T
 from tilelang import cache
-from tilelang.jit import _JITFactory
 from tilelang.jit.kernel import JITKernel
 from tilelang.jit.params import (
     Param,
@@ -151,10 +150,10 @@ def test_dimension_expressions_evaluate_integer_arithmetic_only():
 def test_disk_cache_round_trip_keeps_symbols(tmp_path, monkeypatch):
     monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
     cache.enable()
-    first = _JITFactory(rows_plus, [-1], "sm_80", None)(64)
+    first = tilelang.jit(out_idx=[-1], target="sm_80")(rows_plus)(64)
     first._ensure_built()  # nvcc once; the entry is stored now
     assert len(os.listdir(tmp_path / "kernels")) == 1
-    again = _JITFactory(rows_plus, [-1], "sm_80", None)(64)  # a fresh factory: loaded from disk
+    again = tilelang.jit(out_idx=[-1], target="sm_80")(rows_plus)(64)  # a fresh factory: loaded from disk
     assert again.prim_func is None
     assert [p.shape for p in again.params] == [("m", 64), ("m * 2", 64), ("m", 64)]
     assert "int m" in again.get_kernel_source()
