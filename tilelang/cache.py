@@ -30,24 +30,17 @@ import uuid
 from tilelang import env
 
 logger = logging.getLogger("tilelang")
-_enabled = not env.cache_disabled()
 
-
-def enable() -> None:
-    global _enabled
-    _enabled = True
-
-
-def disable() -> None:
-    global _enabled
-    _enabled = False
+# The switch is env's (so that `tilelang.env.disable_cache()` reaches it too).
+enable = env.enable_cache
+disable = env.disable_cache
 
 
 def is_enabled() -> bool:
     """Whether compiles read and write the disk cache: enabled, and no CUDA post-processing hook set."""
-    from tilelang.engine.callback import has_cuda_postproc
+    from tilelang.codegen.cuda import postproc_hook
 
-    return _enabled and not has_cuda_postproc()
+    return env.is_cache_enabled() and postproc_hook() is None
 
 
 def folder() -> str:

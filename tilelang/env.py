@@ -202,23 +202,23 @@ def get_default_target() -> str:
     return default_target()
 
 
-# The public TileLang also switches its kernel cache through `tilelang.env`; the switch is tilelang.cache's.
-def enable_cache() -> None:
-    from tilelang import cache
+# The kernel cache's on/off switch (tilelang.cache.enable/disable, tilelang.disable_cache()),
+# starting from TILELANG_DISABLE_CACHE. It lives here, as the public TileLang keeps it in its env,
+# so `tilelang.env.disable_cache()` works and this module imports nothing of tilelang.
+_cache_switch = {"on": not cache_disabled()}
 
-    cache.enable()
+
+def enable_cache() -> None:
+    _cache_switch["on"] = True
 
 
 def disable_cache() -> None:
-    from tilelang import cache
-
-    cache.disable()
+    _cache_switch["on"] = False
 
 
 def is_cache_enabled() -> bool:
-    from tilelang import cache
-
-    return cache.is_enabled()
+    """The switch alone: `tilelang.is_cache_enabled()` is also False while a CUDA source hook is set."""
+    return _cache_switch["on"]
 
 
 class _EnvModule(types.ModuleType):

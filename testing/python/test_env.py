@@ -43,11 +43,10 @@ def test_cuda_home(monkeypatch):
 
 
 def test_env_object_and_cache_switches(monkeypatch):
-    from tilelang import cache
     from tilelang.env import env as env_object
 
     assert env_object.TILELANG_CACHE_DIR == env.cache_dir()
-    monkeypatch.setattr(cache, "_enabled", cache._enabled)  # restored after the test
+    monkeypatch.setattr(env, "_cache_switch", dict(env._cache_switch))  # restored after the test
     env_object.disable_cache()
     assert not tilelang.is_cache_enabled() and not env_object.is_cache_enabled()
     env_object.enable_cache()

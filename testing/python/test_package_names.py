@@ -7,12 +7,12 @@ import os
 import pytest
 
 import tilelang
-from tilelang import cache
+from tilelang import cache, env
 from tilelang.errors import UserError
 
 
 def test_cache_switches(monkeypatch):
-    monkeypatch.setattr(cache, "_enabled", cache._enabled)  # restored after the test
+    monkeypatch.setattr(env, "_cache_switch", dict(env._cache_switch))  # restored after the test
     tilelang.enable_cache()
     assert tilelang.is_cache_enabled() and cache.is_enabled()
     tilelang.disable_cache()

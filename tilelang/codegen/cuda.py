@@ -27,7 +27,6 @@ import tvm_ffi
 
 from tilelang import env
 from tilelang.codegen import register_counts, templates, workspace
-from tilelang.engine import callback
 from tilelang.utils.target import arch_of
 
 _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
@@ -69,10 +68,22 @@ def _source_only():
             tvm_ffi.register_global_func(name, original, override=True)
 
 
+# A user's function `(code, target) -> code` that rewrites the device source last, registered in
+# TVM's function registry under the public TileLang's name (`tilelang.engine.callback`).
+POSTPROC_HOOK = "tilelang_callback_cuda_postproc"
+
+
+def postproc_hook():
+    """The registered post-processing function, or None."""
+    return tvm_ffi.get_global_func(POSTPROC_HOOK, allow_missing=True)
+
+
 def device_source(lowered) -> str:
     """The device unit (what `kernel.get_kernel_source()` shows), after the user's post-processing
-    hook if one is registered (`tilelang.engine.callback`): it sees the complete source, last."""
-    return callback.apply_cuda_postproc(_generated_source(lowered), lowered.target)
+    hook if one is registered: it sees the complete source, last."""
+    code = _generated_source(lowered)
+    hook = postproc_hook()
+    return code if hook is None else hook(code, lowered.target)
 
 
 def _generated_source(lowered) -> str:

@@ -9,8 +9,8 @@ afterwards, just before nvcc sees it (and `kernel.get_kernel_source()` shows the
         return "// reviewed\\n" + code
 
 The function is kept in TVM's global function registry under the public TileLang's name
-(`tilelang_callback_cuda_postproc`), so code that registers it there directly works too.
-`unregister_cuda_postproc()` removes it.
+(`tilelang_callback_cuda_postproc`), where the code generator (`codegen/cuda.py`) looks it up, so
+code that registers it there directly works too. `unregister_cuda_postproc()` removes it.
 
 While a hook is registered the disk kernel cache is bypassed (neither read nor written): a cached
 kernel holds the source of whatever hook, if any, was set when it was built, and a function's
@@ -27,20 +27,35 @@ from collections.abc import Callable
 
 import tvm_ffi
 
+from tilelang.codegen.cuda import POSTPROC_HOOK as CUDA_POSTPROC
+from tilelang.codegen.cuda import postproc_hook
 from tilelang.errors import UserError
 
-CUDA_POSTPROC = "tilelang_callback_cuda_postproc"
+# The hook runs as a TVM function: a UserError raised in it (see `checked` below) crosses the FFI
+# back to the compile call, and arrives as a UserError rather than a RuntimeError once registered.
+tvm_ffi.register_error("UserError", UserError)
 
 
 def register_cuda_postproc(func: Callable, override: bool = True) -> None:
     """Register `func(code, target) -> code` as the CUDA source post-processor.
 
-    Raises: UserError if `func` is not callable, or a hook is registered and `override` is False."""
+    Raises: UserError if `func` is not callable, or a hook is registered and `override` is False;
+    when a kernel is compiled, UserError if `func` does not return a string."""
     if not callable(func):
         raise UserError(f"register_cuda_postproc: expected a function (code, target) -> code, got {func!r}")
     if not override and has_cuda_postproc():
         raise UserError("register_cuda_postproc: a CUDA post-processor is already registered (override=False)")
-    tvm_ffi.register_global_func(CUDA_POSTPROC, f=func, override=True)
+
+    def checked(code, target):
+        result = func(code, target)
+        if not isinstance(result, str):
+            name = getattr(func, "__name__", repr(func))
+            raise UserError(
+                f"the CUDA post-processor {name} returned {type(result).__name__}, not the source code (a str)"
+            )
+        return result
+
+    tvm_ffi.register_global_func(CUDA_POSTPROC, f=checked, override=True)
 
 
 def register_cuda_postproc_callback(func=None, override: bool = True):
@@ -69,24 +84,7 @@ def unregister_cuda_postproc() -> None:
 
 
 def has_cuda_postproc() -> bool:
-    return tvm_ffi.get_global_func(CUDA_POSTPROC, allow_missing=True) is not None
-
-
-def apply_cuda_postproc(code: str, target) -> str:
-    """`code` after the registered post-processor (unchanged without one). Called by the CUDA
-    code generator on the complete device source.
-
-    Raises: UserError if the post-processor does not return a string."""
-    hook = tvm_ffi.get_global_func(CUDA_POSTPROC, allow_missing=True)
-    if hook is None:
-        return code
-    result = hook(code, target)
-    if not isinstance(result, str):
-        raise UserError(
-            f"the CUDA post-processor registered with register_cuda_postproc returned {type(result).__name__}, "
-            "not the source code (a str)"
-        )
-    return str(result)
+    return postproc_hook() is not None
 
 
 def _absent(kind: str, instead: str):

@@ -34,8 +34,8 @@ import sys
 
 from tilelang import env
 from tilelang.errors import UserError
+from tilelang.testing.compare import torch_assert_close
 from tilelang.testing.perf_regression import process_func, regression
-from tilelang.utils.tensor import torch_assert_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

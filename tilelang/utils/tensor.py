@@ -8,13 +8,15 @@ torch dtypes, the profiler's input supply, and a closeness check that tolerates 
     x = supply(param)                                   # a tensor for a kernel parameter (name, shape, dtype)
     torch_assert_close(out, ref, rtol=1e-2, atol=1e-2, max_mismatched_ratio=0.001)
 
-`TensorSupplyType` is the profiler's class (one class: `tilelang.TensorSupplyType` is the same).
+`TensorSupplyType` is the profiler's class (one class: `tilelang.TensorSupplyType` is the same), and
+`torch_assert_close` tilelang.testing's.
 Nothing here is used by the compiler; torch is imported when a function runs.
 """
 
 from __future__ import annotations
 
 from tilelang.profiler.tensor_supply import TensorSupplyType, supply_tensor
+from tilelang.testing.compare import torch_assert_close
 
 __all__ = ["TensorSupplyType", "get_tensor_supply", "map_torch_type", "torch_assert_close"]
 
@@ -47,78 +49,3 @@ def get_tensor_supply(supply_type: TensorSupplyType = TensorSupplyType.Integer):
         return supply_tensor(param, kind, device=_current_device())
 
     return supply
-
-
-def torch_assert_close(
-    tensor_a,
-    tensor_b,
-    rtol: float = 1e-2,
-    atol: float = 1e-3,
-    max_mismatched_ratio: float = 0.001,
-    verbose: bool = False,
-    equal_nan: bool = True,
-    check_device: bool = True,
-    check_dtype: bool = True,
-    check_layout: bool = True,
-    check_stride: bool = False,
-    base_name: str = "LHS",
-    ref_name: str = "RHS",
-) -> bool:
-    """Assert `tensor_a` is close to `tensor_b` (`torch.isclose(a, b, rtol, atol)` elementwise) in all
-    but at most `max_mismatched_ratio` of the elements. Returns True when it is.
-
-    The shapes must match, and, as the `check_*` flags say, the devices, dtypes, layouts and
-    strides. Values are compared on the CPU if the devices differ and in the promoted dtype if the
-    dtypes differ (unsigned types above 8 bits as int64).
-
-    Raises: AssertionError naming the attribute that differs, or the number of mismatches, the
-    first mismatch and the largest differences.
-    """
-    import torch
-
-    def differ(what, a, b):
-        raise AssertionError(f"{base_name} and {ref_name} differ in {what}: {a} != {b}")
-
-    if tensor_a.shape != tensor_b.shape:
-        differ("shape", tuple(tensor_a.shape), tuple(tensor_b.shape))
-    if check_device and tensor_a.device != tensor_b.device:
-        differ("device", tensor_a.device, tensor_b.device)
-    if check_dtype and tensor_a.dtype != tensor_b.dtype:
-        differ("dtype", tensor_a.dtype, tensor_b.dtype)
-    if check_layout and tensor_a.layout != tensor_b.layout:
-        differ("layout", tensor_a.layout, tensor_b.layout)
-    if check_stride and tensor_a.layout == torch.strided and tensor_a.stride() != tensor_b.stride():
-        differ("stride", tensor_a.stride(), tensor_b.stride())
-
-    a, b = tensor_a.detach(), tensor_b.detach()
-    if a.device != b.device:
-        a, b = a.cpu(), b.cpu()
-    if a.layout != torch.strided:
-        a = a.to_dense()
-    if b.layout != torch.strided:
-        b = b.to_dense()
-    if a.dtype != b.dtype:
-        wide = {torch.uint16, torch.uint32, torch.uint64}  # promote_types refuses these
-        da, db = (torch.int64 if t.dtype in wide else t.dtype for t in (a, b))
-        common = torch.promote_types(da, db)
-        a, b = a.to(common), b.to(common)
-
-    mismatched = ~torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
-    count, total = int(mismatched.sum()), a.numel()
-    allowed = int(total * max_mismatched_ratio)
-    if verbose:
-        print(f"mismatched elements: {count} / {total} (allowed: {allowed})")
-    if count <= allowed:
-        return True
-    flat = int(mismatched.reshape(-1).int().argmax())
-    index = [int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(a.shape))]
-    av, bv = a.reshape(-1)[flat].item(), b.reshape(-1)[flat].item()
-    diff = (a.double() - b.double()).abs()
-    raise AssertionError(
-        f"Too many mismatched elements: {count} > {allowed} ({max_mismatched_ratio:.2%} allowed, "
-        f"got {count / total:.2%}).\n"
-        f"First mismatch at index {index}: {base_name}={av}, {ref_name}={bv}, abs_diff={abs(av - bv)}\n"
-        f"Greatest absolute difference: {diff.max().item()}, "
-        f"greatest relative difference: {(diff / (b.double().abs() + 1e-12)).max().item()}\n"
-        f"{base_name}: {tensor_a}\n{ref_name}: {tensor_b}"
-    )

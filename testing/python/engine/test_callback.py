@@ -7,7 +7,7 @@ import tvm_ffi
 
 import tilelang
 import tilelang.language as T
-from tilelang import cache
+from tilelang import cache, env
 from tilelang.engine import callback
 from tilelang.errors import UserError
 
@@ -70,12 +70,12 @@ def test_registered_through_tvm_ffi_directly():
 
 def test_a_hook_must_return_source():
     callback.register_cuda_postproc(lambda code, target: None)
-    with pytest.raises(UserError, match="returned NoneType, not the source code"):
+    with pytest.raises(UserError, match="post-processor <lambda> returned NoneType, not the source code"):
         tilelang.compile(_kernel(), target="sm_80")
 
 
 def test_disk_cache_is_off_while_a_hook_is_registered(monkeypatch):
-    monkeypatch.setattr(cache, "_enabled", True)
+    monkeypatch.setattr(env, "_cache_switch", {"on": True})
     assert cache.is_enabled()
     callback.register_cuda_postproc(lambda code, target: code)
     assert not cache.is_enabled() and not tilelang.is_cache_enabled()
