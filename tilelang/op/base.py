@@ -65,6 +65,7 @@ class TileOp:
       __init__(call, span)      parse the call's arguments (checked when the kernel was traced)
       fragments()               the fragment buffers it reads or writes
       strict_layouts(...)       layouts it imposes (an instruction's registers, operand swizzles)
+      partial_fragments()       replicated fragments whose copies may differ until it combines them
       common_layouts(known)     layouts it derives from its operands' known ones (a reduction)
       expand(analyzer)          element-wise ops: a T.Parallel loop nest, before layout inference
       lower(ctx)                its per-thread code, once layouts are known (`lower_tile_ops`)
@@ -92,6 +93,11 @@ class TileOp:
     def strict_layouts(self, target, num_threads: int, options) -> tuple[dict, dict]:
         """({fragment: Fragment}, {shared tile: Layout}) this op fixes at the strict level."""
         return {}, {}
+
+    def partial_fragments(self) -> list:
+        """Fragments whose copies each hold a partial value until the op combines them (a
+        reducer): a loop may write them on some of their copies only."""
+        return []
 
     def infers_layouts(self) -> bool:
         """Whether `common_layouts` must run for this op before lowering (its output has no

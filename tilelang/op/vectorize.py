@@ -70,6 +70,10 @@ def _uniform_condition(cond, var, vec, analyzer) -> bool:
     return _free_of(cond, var)
 
 
+def _depends_on(expr, var) -> bool:
+    return not _free_of(expr, var)
+
+
 def _free_of(expr, var) -> bool:
     found = collect(expr, ir.Var)
     return not any(v.same_as(var) for v in found)
@@ -101,6 +105,8 @@ def plan_vector_size(loop_vars, extents, body, analyzer, limit: int = 0) -> int:
     vec = min(min(widths), limit) if limit else min(widths)
     conds = [s.condition for s in collect(body, tirx.IfThenElse)]
     conds += [c.args[0] for c in collect(body, ir.Call) if is_if_then_else(c)]
+    if any(not _depends_on(_flat_offset(st.buffer, list(st.indices)), var) for st in stores):
+        return 1  # the lanes would all store to one element (a reduction along the loop, `acc[i] += ...`)
     while vec > 1:
         ok = inner % vec == 0
         ok = ok and all(_aligned_unit_stride(_flat_offset(b, idx), var, vec, analyzer) for b, idx in memory)

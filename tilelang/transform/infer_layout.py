@@ -117,12 +117,14 @@ class _State:
         self.loops = {}  # LoopNode -> Fragment
         self.settled = set()  # OpNodes whose common-level layouts are given
         self.shared = {}  # shared tile -> Layout imposed by an instruction (gemm operand swizzles)
+        self.partial = set()  # replicated fragments whose copies hold partial values (reducers)
 
     def copy(self):
         other = _State(self.analyzer)
         other.fragments, other.sources, other.loops = dict(self.fragments), dict(self.sources), dict(self.loops)
         other.settled = set(self.settled)
         other.shared = dict(self.shared)
+        other.partial = self.partial
         return other
 
     def pending(self, node) -> bool:
@@ -191,7 +193,10 @@ def _settle_loop(state, node, layout):
                         state.sources[buffer],
                         node.span,
                     )
-                if is_store and frag.groups and not parallel.writes_every_copy(layout, frag, indices, node.vars):
+                partial = buffer in state.partial  # each copy accumulates its own part (a reducer)
+                if is_store and frag.groups and not partial and not parallel.writes_every_copy(
+                    layout, frag, indices, node.vars
+                ):
                     source = state.sources[buffer]
                     origin = "came from the first location below" if source is not None else "was annotated"
                     raise at_span(
@@ -224,6 +229,7 @@ def strict_level(func, nodes, state, options=None):
         if _is_loop(node):
             continue
         fragments, shared = node.op.strict_layouts(target, node.num_threads, options)
+        state.partial.update(node.op.partial_fragments())
         for buffer, layout in fragments.items():
             _give(state, buffer, layout, node.span, node)
         for buffer, layout in shared.items():

@@ -40,11 +40,6 @@ def test_finalize_reducer_of_identical_copies(threads, replication):
     torch.testing.assert_close(Y, X)  # the max of copies that all hold X
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs infer_layout to let a loop write a reducer on some of its copies (TileOp.partial_fragments) "
-    "and plan_vector_size not to vectorize a store every lane makes to one register (acc[i] += ... over j)",
-)
 def test_gemv_reducer():
     a = torch.randn(256, 256, device="cuda", dtype=torch.float16)
     x = torch.randn(256, device="cuda", dtype=torch.float16)

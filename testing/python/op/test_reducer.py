@@ -86,11 +86,6 @@ def test_finalizing_one_holder_per_element_is_nothing():
     assert "shfl_xor" not in src
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs infer_layout to let a loop write a reducer on some of its copies (TileOp.partial_fragments) "
-    "and plan_vector_size not to vectorize a store every lane makes to one register (acc[i] += ... over j)",
-)
 def test_a_gemv_accumulates_into_a_replicated_reducer():
     kernel = tilelang.compile(gemv(), target="sm_80")
     src = kernel.get_kernel_source()
