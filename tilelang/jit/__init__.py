@@ -165,6 +165,7 @@ class JITImpl:
         if not callable(func):
             raise UserError(f"@tilelang.jit decorates a kernel function or a @T.prim_func, got {func!r}")
         self.factory = func
+        self.__name__ = self.__qualname__ = getattr(func, "__name__", type(func).__name__)
         functools.update_wrapper(self, func)
         if looks_eager(func):
             from tilelang.jit.eager import EagerKernel

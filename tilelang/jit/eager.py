@@ -83,6 +83,24 @@ class EagerKernel:
         return values, extra
 
     def _compile_key(self, values, extra):
+        """The compile-time arguments as a cache key (checked when a key is first seen, in `_plan`)."""
+        key = tuple([values[k] for k in self.compile_index])
+        if extra:
+            key += (tuple(sorted(extra.items())),)
+        try:
+            hash(key)
+        except TypeError:  # lists or dicts among them: by content
+            key = _frozen(key)
+            try:
+                hash(key)
+            except TypeError:
+                raise UserError(
+                    f"{self.name}: the compile-time arguments must be hashable (ints, strings, dtypes, ...), "
+                    f"got {[values[k] for k in self.compile_index]}"
+                ) from None
+        return key
+
+    def _check_compile_args(self, values):
         for k in self.compile_index:
             if values[k] is _MISSING:
                 raise TypeError(f"{self.name}() missing required argument: '{self.names[k]}'")
@@ -91,22 +109,12 @@ class EagerKernel:
                     f"{self.name}: parameter '{self.names[k]}' was given a tensor, but the kernel does not declare "
                     f"it as one; add `{self.names[k]}: T.Tensor((...), dtype)` at the start of the kernel body"
                 )
-        key = tuple(_frozen(values[k]) for k in self.compile_index)
-        if extra:
-            key += (_frozen(extra),)
-        try:
-            hash(key)
-        except TypeError:
-            raise UserError(
-                f"{self.name}: the compile-time arguments must be hashable (ints, strings, dtypes, ...), "
-                f"got {[values[k] for k in self.compile_index]}"
-            ) from None
-        return key
 
     def _plan(self, key, values, extra):
         """How to read each T.const size of a call: [(name, parameter index or None, dimension, Param)]."""
         plan = self._templates.get(key)
         if plan is None:
+            self._check_compile_args(values)
             template = self.function.specialize(self._arguments(values), None)
             unknown = [k for k in extra if k not in template.sizes]
             if unknown:
@@ -186,8 +194,8 @@ class EagerKernel:
 
     def __call__(self, args, kwargs):
         kernel, inputs = self.kernel(args, kwargs, run=True)
-        missing = [n for n, t in zip(self.tensors, inputs) if not _is_torch_tensor(t)]
-        if missing:
+        if any(t is _MISSING for t in inputs):
+            missing = [n for n, t in zip(self.tensors, inputs) if t is _MISSING]
             raise UserError(
                 f"{self.name}: calling an eager kernel runs it, so it needs its tensors; {missing} were not given "
                 f"as tensors. To compile without running, use {self.name}.compile(...)"

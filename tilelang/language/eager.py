@@ -46,6 +46,8 @@ from tvm.script.parser.core.diagnostics import Source
 
 from tilelang.dtypes import canonical
 from tilelang.errors import UserError, describe_function
+from tilelang.language.allocate import Tensor
+from tilelang.language.prim_func import finish_parse, prim_func
 
 # Annotation names that make a parameter a tensor (the last attribute: `T.Tensor`, `T.Buffer`, ...).
 _TENSOR_ANNOTATIONS = {"Tensor", "Buffer", "StridedTensor", "SharedBuffer", "FragmentBuffer", "LocalBuffer"}
@@ -145,7 +147,7 @@ def empty(*shape, dtype="float32"):
     `T.empty(M, N, dtype=dtype)`.
 
     Errors:
-        UserError for a shape that is not a tuple/list of sizes.
+        UserError for a shape that is not a tuple/list of sizes, or outside an eager kernel.
 
     Example:
         C = T.empty((M, N), "float16")
@@ -153,6 +155,11 @@ def empty(*shape, dtype="float32"):
             ...
         return C
     """
+    if _trace() is None:
+        raise UserError(
+            "T.empty declares an output of an eager kernel (a function with @tilelang.jit directly on its body, "
+            "before its `with T.Kernel`); in a @T.prim_func, make the output a parameter and name it in out_idx"
+        )
     if len(shape) == 2 and isinstance(shape[0], (tuple, list)) and not isinstance(shape[1], (tuple, list)):
         shape, dtype = tuple(shape[0]), shape[1]
     elif len(shape) == 1 and isinstance(shape[0], (tuple, list)):
@@ -248,8 +255,8 @@ def looks_eager(fn) -> bool:
     """Whether `fn` is a kernel body (the eager form) rather than a factory returning a `@T.prim_func`."""
     try:
         _, tree = _function_ast(fn)
-    except (OSError, TypeError):
-        return False  # no source (an interactive session): only the lazy form can work
+    except (OSError, TypeError, SyntaxError, UserError):
+        return False  # no source of its own (an interactive session, a lambda): only the lazy form can work
     if has_nested_prim_func(fn):
         return False
     for s in _walk_statements(tree.body):
@@ -353,7 +360,10 @@ class EagerFunction:
         body = list(self.node.body)
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
             body = body[1:]  # the docstring
-        declares = [k for k, s in enumerate(body) if any(map(_is_declaration, _walk_statements([s])))]
+        # The kernel starts at the first statement building IR after the last declaration.
+        declares = [
+            k for k, s in enumerate(body) if not _builds_ir(s) and any(map(_is_declaration, _walk_statements([s])))
+        ]
         after = declares[-1] + 1 if declares else 0
         start = next((k for k in range(after, len(body)) if _builds_ir(body[k])), len(body))
         self.prologue, kernel = body[:start], body[start:]
@@ -386,6 +396,9 @@ class EagerFunction:
         for s in _walk_statements(self.prologue + self.kernel):
             if isinstance(s, ast.Return):
                 raise self._error(s, "an eager kernel returns its T.empty outputs once, as its last statement")
+        for s in _walk_statements(self.kernel):
+            if _is_declaration(s):
+                raise self._error(s, "tensors and T.empty outputs are declared before the kernel (`with T.Kernel`)")
 
     def _error(self, node, message) -> UserError:
         line = self.fn.__code__.co_firstlineno + node.lineno - 1
@@ -492,9 +505,6 @@ class EagerFunction:
 
     def prim_func(self, arguments: dict, sizes: dict):
         """The kernel for concrete sizes: the prologue run with them, then the kernel statements parsed."""
-        from tilelang.language.allocate import Tensor
-        from tilelang.language.prim_func import finish_parse, prim_func
-
         spec = self.specialize(arguments, sizes)
         names = [n for n, _ in spec.inputs] + [n for n, _ in spec.outputs]
         extra = {**self.fn.__globals__, **_closure_values(self.fn)}
