@@ -97,7 +97,8 @@ def compile_with(func, options: JITOptions, name: str | None = None, times=None)
         key = (tvm_ffi.structural_hash(func), name, repr(options.out_idx), str(target), configs, options.compile_flags)
         for kernel in _compiled.get(key, ()):
             if tvm_ffi.structural_equal(kernel.prim_func, func):
-                log_compile(options.verbose, "%s: compiled before in this process; reusing that kernel", label)
+                if options.verbose:  # not at INFO otherwise: a module may compile on every forward
+                    log_compile(True, "%s: compiled before in this process; reusing that kernel", label)
                 return kernel
     log_compile(
         options.verbose,

@@ -303,6 +303,27 @@ def test_argument_mistakes():
         matmul(block_M=64, block_N=64, block_K=32, M=128, N=128, K=64)
 
 
+def negate_body(A):
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    B = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, 128), threads=128) as bx:
+        for i in T.Parallel(128):
+            B[bx * 128 + i] = -A[bx * 128 + i]
+    return B
+
+
+def test_disable_cache_compiles_afresh():
+    first = tilelang.jit(target="sm_80")(negate_body).compile(N=1024)
+    assert tilelang.jit(target="sm_80")(negate_body).compile(N=1024) is first  # the in-memory cache
+    tilelang.disable_cache()
+    try:
+        again = tilelang.jit(target="sm_80")(negate_body).compile(N=1024)
+        assert again is not first and again.get_kernel_source() == first.get_kernel_source()
+    finally:
+        tilelang.enable_cache()
+
+
 # ---- @tilelang.jit on a @T.prim_func ------------------------------------------------------------------
 
 
