@@ -125,6 +125,31 @@ def test_fragment_reshape_of_a_gemm_accumulator():
     torch.testing.assert_close(c, ref, rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.xfail(strict=True, raises=UserError, reason="infer_layout must give a view its source's swizzle")
+def test_shared_view_of_a_tile_the_gemm_reads():
+    """b is swizzled for the gemm; after it, the same memory holds fp32 rows written through a view."""
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"), C: T.Tensor((32, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            a = T.alloc_shared((64, 64), "float16")
+            b = T.alloc_shared((64, 64), "float16")
+            acc = T.alloc_fragment((64, 64), "float32")
+            v = T.view(b, shape=(32, 64), dtype="float32")
+            T.copy(A, a)
+            T.copy(B, b)
+            T.gemm(a, b, acc, clear_accum=True)
+            for i, j in T.Parallel(64, 64):
+                if i < 32:
+                    v[i, j] = acc[i, j]
+            for i, j in T.Parallel(32, 64):
+                C[i, j] = v[i, j]
+
+    a, b = _rand(64, 64), _rand(64, 64)
+    c = tilelang.compile(main, out_idx=[-1])(a, b)
+    torch.testing.assert_close(c, (a.float() @ b.float())[:32], rtol=1e-2, atol=1e-2)
+
+
 # ---- tensors at device addresses ------------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ from tvm import ir, tirx
 import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
-from tilelang.errors import UserError
+from tilelang.errors import CompilerError, UserError
 from tilelang.layout import fragment as fl
 from tilelang.layout import layout as sl
 from tilelang.layout.evaluate import evaluate, grid
@@ -297,8 +297,9 @@ def test_shared_view_of_a_swizzled_tile_is_refused_at_the_view_line():
             T.copy(A, a)
             T.copy(A, b)
             T.gemm(a, b, acc)
-            for i, j in T.Parallel(32, 64):
-                v[i, j] = acc[i, j]
+            for i, j in T.Parallel(64, 64):
+                if i < 32:
+                    v[i, j] = acc[i, j]
             T.copy(v, B)
 
     with pytest.raises(UserError) as info:
@@ -342,3 +343,62 @@ def test_fragment_view_error_points_at_the_reshape():
     except UserError as err:
         assert "fragment 's3' is a view of fragment 's'" in str(err)
         assert "s3 = T.reshape(s, (64, 8, 8))" in str(err)
+
+
+def _fragment_view_in_a_warp_specialized_loop():
+    @T.prim_func
+    def main(
+        A: T.Tensor((64, 1024), "float16"), B: T.Tensor((1024, 128), "float16"), C: T.Tensor((64, 128), "float32")
+    ):
+        with T.Kernel(1, threads=128):
+            a = T.alloc_shared((64, 64), "float16")
+            b = T.alloc_shared((64, 128), "float16")
+            s = T.alloc_fragment((64, 128), "float32")
+            s3 = T.reshape(s, (64, 16, 8))
+            o = T.alloc_fragment((64, 128), "float32")
+            o3 = T.reshape(o, (64, 16, 8))
+            T.clear(o)
+            for k in T.Pipelined(16, num_stages=2):
+                T.copy(A[0, k * 64], a)
+                T.copy(B[k * 64, 0], b)
+                T.gemm(a, b, s, clear_accum=True)
+                for i, j, h in T.Parallel(64, 16, 8):
+                    o3[i, j, h] += s3[i, j, h]
+            T.copy(o, C)
+
+    return main
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=UserError,
+    reason="lower_tile_ops must share the registers, then the wgmma waits must count a view as its source",
+)
+def test_fragment_view_read_waits_for_the_asynchronous_wgmma():
+    """sm_90a: the gemm into s runs asynchronously in the consumer loop; reading s through s3 must
+    wait for it like reading s does."""
+    src = _compile(_fragment_view_in_a_warp_specialized_loop(), "sm_90a")
+    body = src[src.index('extern "C" __global__') :]
+    issued = body.index("tl::wgmma_ss<")
+    first_read = body.index("s_local_ptr", body.index(";", issued))
+    assert "tl::wgmma_wait<" in body[issued:first_read]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=CompilerError,
+    reason="pipeline_loops must version or refuse views of the tiles it multi-buffers",
+)
+def test_view_of_a_multi_buffered_tile_is_refused():
+    @T.prim_func
+    def main(A: T.Tensor((256, 64), "float16"), B: T.Tensor((256, 32), "int32")):
+        with T.Kernel(1, threads=128):
+            s = T.alloc_shared((64, 64), "float16")
+            w = T.view(s, shape=(64, 32), dtype="int32")
+            for k in T.Pipelined(4, num_stages=2):
+                T.copy(A[k * 64, 0], s)
+                for i, j in T.Parallel(64, 32):
+                    B[k * 64 + i, j] = w[i, j]
+
+    with pytest.raises(UserError, match="'s'.*'w'|'w'.*'s'"):
+        tilelang.compile(main, target="sm_80")
