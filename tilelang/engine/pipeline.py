@@ -28,44 +28,54 @@ from tilelang.transform.consumer_barriers import consumer_barriers
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.fold_accumulator_clear import fold_accumulator_clear
 from tilelang.transform.infer_layout import infer_layout
+from tilelang.transform.inject_cp_async_pipelines import inject_cp_async_pipelines
+from tilelang.transform.inject_tma_pipelines import inject_tma_pipelines
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
 from tilelang.transform.lower_tile_ops import lower_tile_ops
 from tilelang.transform.lower_tma_copies import lower_tma_copies
-from tilelang.transform.pipeline_loops import pipeline_loops
+from tilelang.transform.plan_pipelines import plan_pipelines
 from tilelang.transform.rasterize_blocks import rasterize_blocks
 from tilelang.transform.select_gemm_instructions import select_gemm_instructions
+from tilelang.transform.set_register_budgets import set_register_budgets
 from tilelang.transform.specialize_uniform_masks import specialize_uniform_masks
 from tilelang.transform.stage_fragment_stores import stage_fragment_stores
 from tilelang.transform.sync_thread_branches import expose_thread_branches, restore_thread_branches, thread_sync
 from tilelang.transform.warp_specialize import CONSUMER_BRANCH, warp_specialize
+from tilelang.utils.target import has_tma
 
 logger = logging.getLogger("tilelang")
 _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
 
 
-def _tile_passes(options: CompileOptions):
+def _tile_passes(options: CompileOptions, target):
     """Our passes, on PrimFuncs that still have tile ops, parallel loops and fragments."""
 
     def opt(fn):  # a pass that takes the options
         return functools.partial(fn, options=options)
 
+    hopper = has_tma(target)  # TMA, mbarrier pipelines, warp specialization, setmaxnreg (sm_90a)
     return [
         # The hand-written warp-specialization primitives off sm_90a: an error before anything else.
-        ("check_hopper_primitives", check_hopper_primitives),
+        *([] if hopper else [("check_hopper_primitives", check_hopper_primitives)]),
         # The warpgroups' T.set_max_nreg counts against the registers the block has, while the
         # thread branches they sit in are as the user wrote them.
         ("check_register_budget", check_register_budget),
         # Each T.gemm's instruction (mma.sync or wgmma) and plan, decided once from the threads of
         # its scope and recorded on the call: the pipeline planner, layout inference and lowering read it.
         ("select_gemm_instructions", opt(select_gemm_instructions)),
-        # On sm_90a, copies to shared memory that run once per kernel become TMA loads; the
-        # pipeline planner then knows which tiles only TMA writes (no proxy fence before wgmma).
-        ("lower_tma_copies", opt(lower_tma_copies)),
-        # Pipelining works on tile ops (copy regions are explicit); it multi-buffers shared tiles
-        # before any pass looks at their shapes.
-        ("pipeline_loops", opt(pipeline_loops)),
-        # Block-index remapping after the pipeline planner, which pairs blocks into 2-block clusters
-        # from the plain indices (blocks one index apart); the remap then keeps each pair together.
+        # Copies to shared memory that run once per kernel become TMA loads; the pipeline planner
+        # then knows which tiles only TMA writes (no proxy fence before wgmma).
+        *([("lower_tma_copies", opt(lower_tma_copies))] if hopper else []),
+        # The software pipelines, on tile ops (copy regions are explicit), before any pass looks at
+        # the shapes of the tiles they multi-buffer. First each T.Pipelined loop's form (cp.async,
+        # TMA, TMA with a producer warpgroup, 2-block clusters), recorded on the loop, then each form
+        # built: the TMA forms' consumer loop runs its wgmma gemms asynchronously, with the waits
+        # placed as it is built (pipelining/wgmma_waits.py), since where a stage is freed depends on them.
+        ("plan_pipelines", opt(plan_pipelines)),
+        ("inject_cp_async_pipelines", opt(inject_cp_async_pipelines)),
+        *([("inject_tma_pipelines", opt(inject_tma_pipelines))] if hopper else []),
+        # Block-index remapping after the pipelines, whose 2-block clusters pair blocks by their
+        # plain indices (blocks one index apart); the remap then keeps each pair together.
         ("rasterize_blocks", rasterize_blocks),
         # Masks that are uniform over a tile (attention blocks off the diagonal) become plain fills,
         # then zeroing right before a gemm becomes the gemm's clear flag. After pipelining, so the
@@ -74,7 +84,7 @@ def _tile_passes(options: CompileOptions):
         ("fold_accumulator_clear", fold_accumulator_clear),
         # A fragment stored to global memory goes through a shared tile when there is room: after
         # pipelining (stage buffers count with their stages), while copies are still tile ops.
-        ("stage_fragment_stores", opt(stage_fragment_stores)),
+        *([("stage_fragment_stores", opt(stage_fragment_stores))] if hopper else []),
         # copy/fill become T.Parallel loops, so layout inference sees one kind of element-wise work.
         ("expand_elementwise_ops", expand_elementwise_ops),
         # Global accesses past the tensor's edge get guards while indices are still logical,
@@ -86,13 +96,15 @@ def _tile_passes(options: CompileOptions):
         # annotated shared tiles are re-indexed through their layout.
         ("lower_tile_ops", opt(lower_tile_ops)),
         # A warp-specialized loop gets its producer warpgroup: threads split into the two roles
-        # (before any simplification that knows the old thread count).
-        ("warp_specialize", warp_specialize),
+        # (before any simplification that knows the old thread count); then each role its
+        # registers (setmaxnreg), the producer giving back what the consumers take.
+        *([("warp_specialize", warp_specialize), ("set_register_budgets", set_register_budgets)] if hopper else []),
     ]
 
 
-def _tvm_passes(options: CompileOptions):
+def _tvm_passes(options: CompileOptions, target):
     """TVM's lowering passes, once the IR is plain per-thread TIR."""
+    hopper = has_tma(target)
     return [
         ("stmt_simplify", tirx.transform.StmtSimplify()),
         # Buffers become flat pointers; the vectorized loops then become 128-bit accesses.
@@ -107,7 +119,7 @@ def _tvm_passes(options: CompileOptions):
         ("annotate_entry_func", tirx.transform.AnnotateEntryFunc()),
         # Hopper: each tile a whole number of 1024-byte blocks, so packing keeps TMA destinations
         # and swizzled wgmma operands aligned.
-        ("align_shared_tiles", _apply_to_funcs(align_shared_tiles)),
+        *([("align_shared_tiles", _apply_to_funcs(align_shared_tiles))] if hopper else []),
         # One dynamic shared-memory block per kernel; the launcher raises the limit past 48 KB.
         # Tiles whose lifetimes do not overlap may share bytes, so this comes before the barriers.
         ("merge_shared_memory", s_tir.transform.MergeSharedMemoryAllocations()),
@@ -182,7 +194,7 @@ def _lower(func: tirx.PrimFunc, target, options: CompileOptions, name: str) -> L
     mod = tvm.IRModule({name: func.with_attr("global_symbol", name)})
     mod = tirx.transform.BindTarget(target)(mod)
     tiles = user_shared_tiles(func)
-    steps = [(n, _apply_to_funcs(f)) for n, f in _tile_passes(options)] + _tvm_passes(options)
+    steps = [(n, _apply_to_funcs(f)) for n, f in _tile_passes(options, target)] + _tvm_passes(options, target)
     with tvm.transform.PassContext(opt_level=3, config=options.tvm_pass_config()):
         for k, (pass_name, p) in enumerate(steps):
             mod = _run_pass(pass_name, p, mod, dump_dir)

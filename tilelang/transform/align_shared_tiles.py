@@ -10,8 +10,9 @@ starts at.
 Before:  r = T.alloc_shared((16,), "float32")          # 64 bytes
 After:   r = T.alloc_shared((256,), "float32")         # 1024 bytes; r[0:16] used
 
-Requires: flat buffers (`flatten_buffer`), before `merge_shared_memory`. Guarantees: every
-`shared.dyn` allocation is a multiple of 1024 bytes; other targets are left unchanged.
+Requires: a target with TMA (`has_tma`: the pass list runs it only there); flat buffers
+(`flatten_buffer`), before `merge_shared_memory`. Guarantees: every `shared.dyn` allocation is a
+multiple of 1024 bytes.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from tvm import tirx
 from tilelang.dtypes import bits as dtype_bits
 from tilelang.layout.fragment import substitute
 from tilelang.utils.ir import collect
-from tilelang.utils.target import has_tma
 
 BLOCK = 1024  # bytes
 
@@ -40,9 +40,6 @@ def _padded(buf):
 
 
 def align_shared_tiles(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    target = func.attrs.get("target") if func.attrs is not None else None
-    if not has_tma(target):
-        return func
     grown = {}
     for alloc in collect(func.body, tirx.AllocBuffer):
         new = _padded(alloc.buffer)

@@ -5,7 +5,7 @@ wait for the consumer threads only.
 branches of `if threadIdx.x < C` (C consumer threads). A `__syncthreads()` inside the consumer
 branch would also wait for the producer warpgroup, which is blocked on the consumers' empty
 barriers: a deadlock. Each becomes `bar.sync 1, C` (id `barrier_ids.CONSUMERS`). The two
-consumer warpgroups' turns at the tensor cores (`pipeline_tma`) are dropped when such a barrier lies
+consumer warpgroups' turns at the tensor cores (`inject_tma_pipelines`) are dropped when such a barrier lies
 inside a turn.
 
 Requires: barrier insertion (`ThreadSync`) done. Guarantees: no `tl.ws_*_branch` attribute remains.

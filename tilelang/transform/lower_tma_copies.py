@@ -8,11 +8,12 @@ After:   (kernel top) Q_shared_bar = T.alloc_shared((1,), "uint64")   # one per 
          if tx == 0: tma_copy(Q[...], Q_shared, Q_shared_bar)
          mbarrier_wait(Q_shared_bar, 0)
 
-A tile the TMA unit wrote needs no proxy fence before a wgmma reads it (`pipeline_tma` drops it
+A tile the TMA unit wrote needs no proxy fence before a wgmma reads it (`inject_tma_pipelines` drops it
 when every shared operand is such a tile). Copies inside loops are the pipeline's
-(`pipeline_loops`) or stay element-wise; copies the TMA unit cannot do (`op/tma.py` says why) stay.
+(`plan_pipelines`) or stay element-wise; copies the TMA unit cannot do (`op/tma.py` says why) stay.
 
-Requires: tile ops as parsed, before `pipeline_loops` (which reads which tiles only TMA writes).
+Requires: a target with TMA (`has_tma`: the pass list runs it only there); tile ops as parsed,
+before `plan_pipelines` (which reads which tiles only TMA writes).
 Guarantees: every rewritten copy is a `tl.tma_copy` issued by thread 0 with its barrier initialized.
 """
 
@@ -24,19 +25,16 @@ from tilelang.layout.fragment import substitute
 from tilelang.op import base, tma
 from tilelang.op import copy as copy_op
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
-from tilelang.transform import pipeline_tma_checks as checks
 from tilelang.transform.common import Scope, allocate_at_kernel_top, is_innermost_thread_extent, mutate_with_scope
-from tilelang.transform.consumer_loop import barrier
+from tilelang.transform.pipelining import checks
+from tilelang.transform.pipelining.consumer_loop import barrier
 from tilelang.utils.ir import extern, seq
-from tilelang.utils.target import has_tma
 
 
 def lower_tma_copies(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
-    target = func.attrs.get("target") if func.attrs is not None else None
-    if not has_tma(target):
-        return func
     if options.disable_tma_lower:
         return func
+    target = func.attrs["target"]
     scope = Scope()
     # The kernel's copies share one barrier array, one barrier each: separate allocations could be
     # given the same bytes (their lifetimes do not overlap), and an mbarrier must not be

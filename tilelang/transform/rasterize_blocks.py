@@ -7,7 +7,7 @@ running at the same time share a few row tiles and a few column tiles (column or
 Before:  tl_use_swizzle(4, 0); ... A[by * 128, ...] ... B[..., bx * 128] ...
 After:   bx_r = ...; by_r = ...;  ... A[by_r * 128, ...] ... B[..., bx_r * 128] ...
 
-In a kernel of 2-block clusters (`pipeline_tma`: blocks paired along x or y share a tile), the
+In a kernel of 2-block clusters (`inject_tma_pipelines`: blocks paired along x or y share a tile), the
 remap moves pairs as units, so a cluster's blocks still share that tile.
 
 Requires: kernels with blockIdx.x and blockIdx.y; pipelining done (it decides the clusters).
@@ -62,7 +62,7 @@ def _remap_grid(bx, by, gx, gy, panel, order, cluster):
 
 
 def _cluster_dim(stmts):
-    """The grid dimension of the kernel's 2-block clusters (`pipeline_tma`'s `cluster_dims`
+    """The grid dimension of the kernel's 2-block clusters (`inject_tma_pipelines`' `cluster_dims`
     record), or None."""
     for stmt in stmts:
         for ev in collect(stmt, tirx.Evaluate):

@@ -12,8 +12,9 @@ Before:  T.copy(C_local, C[by * 128, bx * 256])
 After:   T.copy(C_local, C_local_staged)               # a new shared tile of C's dtype
          T.copy(C_local_staged, C[by * 128, bx * 256])
 
-Requires: tile ops as parsed or pipelined (before `expand_elementwise_ops`; after `pipeline_loops`,
-so multi-buffered tiles count with their stages). Guarantees: the same values; a copy is staged
+Requires: a target with TMA (`has_tma`: the pass list runs it only there); tile ops as parsed or
+pipelined (before `expand_elementwise_ops`; after the pipeline injection, so multi-buffered tiles
+count with their stages). Guarantees: the same values; a copy is staged
 only when the new tile, the tiles still used after the copy (the shared-memory merge reuses the
 bytes of the others, such as a pipelined loop's stages before the epilogue) and a margin for
 barriers and reduction workspaces fit in the target's shared memory, and not under a condition
@@ -35,7 +36,6 @@ from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform.check_shared_memory import shared_memory_limit, tile_bytes
 from tilelang.transform.common import allocate_at_kernel_top, collect, is_innermost_thread_extent
 from tilelang.utils.ir import const_int, seq
-from tilelang.utils.target import has_tma
 
 _MARGIN = 4096  # barriers, reduction workspaces and alignment added by later passes
 _ALIGN = 1024  # align_shared_tiles puts each tile on a 1024-byte boundary
@@ -97,11 +97,9 @@ def _liveness(body, tiles, accumulators):
 
 
 def stage_fragment_stores(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
-    target = func.attrs.get("target") if func.attrs is not None else None
-    if not has_tma(target):
-        return func
     if options.disable_fragment_store_staging:
         return func
+    target = func.attrs["target"]
     limit = shared_memory_limit(target)
 
     def on_attr(attr):

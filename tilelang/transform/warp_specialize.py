@@ -1,20 +1,19 @@
-"""Pass `warp_specialize`: give a kernel with a `tl.ws` region (made by `pipeline_tma`) its producer
-warpgroup, and split the threads into the two roles.
+"""Pass `warp_specialize`: give a kernel with a `tl.ws` region (made by `inject_tma_pipelines`) its
+producer warpgroup, and split the threads into the two roles.
 
 Before (threads = C):                       After (threads = C + 128):
     allocations                                 allocations, the loop's barriers
     pre                                         prelude (barrier init, __syncthreads)
     tl.ws { prelude; producer; consumer }       if threadIdx.x < C:            # consumers
-    post                                            setmaxnreg.inc; pre; consumer loop; post
+    post                                            pre; consumer loop; post
                                                 else:                          # producer warpgroup
-                                                    setmaxnreg.dec; the producer loop, inside the
-                                                    loops/bindings that enclose the pipelined loop
+                                                    the producer loop, inside the loops/bindings
+                                                    that enclose the pipelined loop
 
 The producer was written as if its warpgroup started at thread 0; its thread index is shifted here.
 Until barrier insertion the two sides stay in sequence, each in a `tl.ws_*_branch` attribute;
 `consumer_barriers` then makes the branch and turns the consumers' block barriers into barriers over
-the consumer threads only. Register budgets: the producer keeps 40 registers (24 beside 3+ consumer
-warpgroups); the consumers share the rest of the register file, up to 240 each.
+the consumer threads only; `set_register_budgets` gives each side its registers.
 
 Requires: `lower_tile_ops` (per-thread code), before any simplification that knows the thread
 count. Guarantees: no `tl.ws` region remains; the two sides are `tl.ws_producer_branch` and
@@ -29,9 +28,9 @@ from tvm import ir, tirx
 from tilelang import intrinsics
 from tilelang.errors import CompilerError
 from tilelang.layout.fragment import substitute
-from tilelang.transform import pipeline_tma as ptma
 from tilelang.transform.common import Scope, collect, is_thread_extent, mutate_with_scope
-from tilelang.transform.pipeline_tma_checks import PRODUCER_THREADS
+from tilelang.transform.pipelining import tma as ptma
+from tilelang.transform.pipelining.checks import PRODUCER_THREADS
 from tilelang.utils.ir import extern, seq
 
 CONSUMER_BRANCH = "tl.ws_consumer_branch"
@@ -142,14 +141,6 @@ def _hoist_allocations(body):
     return rest, hoisted
 
 
-def register_budgets(consumer_threads: int) -> tuple[int, int]:
-    """(producer, consumer) registers per thread after setmaxnreg, within the 64K register file."""
-    groups = consumer_threads // 128
-    producer = 24 if groups >= 3 else 40
-    consumer = min(240, ((65536 // 128 - producer) // groups) // 8 * 8)
-    return producer, consumer
-
-
 def _specialize_kernel(attr):
     """`attr`: the innermost threadIdx.x extent of a kernel with a `tl.ws` region."""
     regions = [a for a in collect(attr.body, tirx.AttrStmt) if a.attr_key == ptma.WS_REGION]
@@ -161,14 +152,8 @@ def _specialize_kernel(attr):
     allocs, prelude, producer, consumer = _parts(region)
     rest, lead = _hoist_allocations(attr.body)
     producer = substitute(producer, {tx: tx - threads})
-    reg_producer, reg_consumer = register_budgets(threads)
-    producer_side = seq([intrinsics.SETMAXNREG_DEC.stmt({"registers": reg_producer}), _path_only(rest, producer)])
-    consumer_side = tirx.AttrStmt(
-        tx,
-        CONSUMER_BRANCH,
-        threads,
-        seq([intrinsics.SETMAXNREG_INC.stmt({"registers": reg_consumer}), _replace_region(rest, consumer)]),
-    )
+    producer_side = _path_only(rest, producer)
+    consumer_side = tirx.AttrStmt(tx, CONSUMER_BRANCH, threads, _replace_region(rest, consumer))
     # The two sides stay in sequence (producer first) until barriers are inserted: TVM's passes
     # see plain code (its barrier insertion refuses thread-dependent branches), and shared tiles
     # the consumers use only after the loop may still reuse the stage buffers' bytes.

@@ -38,6 +38,6 @@ def test_an_internal_failure_is_a_compiler_error_naming_the_pass(monkeypatch):
     def broken(func):
         raise KeyError("boom")
 
-    monkeypatch.setattr(pipeline, "_tile_passes", lambda options: [("broken_pass", broken)])
+    monkeypatch.setattr(pipeline, "_tile_passes", lambda options, target: [("broken_pass", broken)])
     with pytest.raises(CompilerError, match="(?s)internal error in pass 'broken_pass'.*TILELANG_DUMP_IR"):
         tilelang.compile(_kernel(8), target="sm_80")

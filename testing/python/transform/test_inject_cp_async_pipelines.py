@@ -1,4 +1,5 @@
-"""Software pipelining: the plan (copies in stage 0), multi-buffered tiles, cp.async groups, errors."""
+"""Software pipelining with cp.async (plan_pipelines, then inject_cp_async_pipelines): the schedule
+(copies in stage 0, or the user's order/stage/group), multi-buffered tiles, cp.async groups, errors."""
 
 import pytest
 import tvm_ffi
@@ -7,7 +8,13 @@ from tvm import tirx
 import tilelang.language as T
 from tilelang import intrinsics
 from tilelang.op import base
-from tilelang.transform.pipeline_loops import pipeline_loops
+from tilelang.transform.inject_cp_async_pipelines import inject_cp_async_pipelines
+from tilelang.transform.plan_pipelines import plan_pipelines
+
+
+def pipeline_loops(func):
+    """The two passes that build a cp.async pipeline (no target: every loop takes that form)."""
+    return inject_cp_async_pipelines(plan_pipelines(func))
 
 
 def _gemm_loop(stages, K=256):

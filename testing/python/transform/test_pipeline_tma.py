@@ -128,7 +128,7 @@ def test_consumer_barriers_leave_the_producer_running():
 
 @pytest.mark.parametrize("threads,expect", [(128, (40, 240)), (256, (40, 232)), (384, (24, 160))])
 def test_register_budgets_fit_the_register_file(threads, expect):
-    from tilelang.transform.warp_specialize import register_budgets
+    from tilelang.transform.set_register_budgets import register_budgets
 
     producer, consumer = register_budgets(threads)
     assert (producer, consumer) == expect

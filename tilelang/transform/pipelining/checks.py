@@ -1,6 +1,6 @@
-"""Whether a pipelined loop can take the Hopper pipeline (`pipeline_tma`): TMA loads, a producer
+"""Whether a pipelined loop can take the Hopper pipeline (`pipelining/tma.py`): TMA loads, a producer
 warpgroup, and what the planner knows about the kernel around the loop. Analysis only; the rewrite
-is `pipeline_tma.build`."""
+is `inject_tma_pipelines`; `plan_pipelines` asks these."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The consumers' side of a warp-specialized Hopper pipeline (used by `pipeline_tma`).
+"""The consumers' side of a warp-specialized Hopper pipeline (built for `pipelining/tma.py`).
 
 Consumers in stage 1 of `T.Pipelined(..., stage=...)` work one iteration behind those in stage 0:
 
@@ -29,11 +29,11 @@ from tvm import tirx
 from tilelang.op import gemm as gemm_op
 from tilelang.op.gemm import selection
 from tilelang.op.gemm import wgmma as gemm_wgmma
-from tilelang.transform import wgmma_waits
+from tilelang.transform.pipelining import wgmma_waits
 from tilelang.utils.ir import extern, seq
 
 if TYPE_CHECKING:
-    from tilelang.transform.pipeline_tma_checks import Kernel
+    from tilelang.transform.pipelining.checks import Kernel
 
 
 @dataclass

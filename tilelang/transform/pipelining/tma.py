@@ -1,4 +1,4 @@
-"""Hopper (sm_90a) form of a pipelined loop, used by `pipeline_loops`: TMA loads completing on
+"""Hopper (sm_90a) forms of a pipelined loop, built by `inject_tma_pipelines`: TMA loads completing on
 mbarriers, and (by default) a producer warpgroup feeding the consumer threads.
 
 For `T.Pipelined(n, num_stages=S)` whose global-to-shared copies the TMA unit can do, each copied
@@ -56,14 +56,13 @@ from tvm import ir, tirx
 from tilelang import intrinsics
 from tilelang.layout.fragment import substitute
 from tilelang.op import base, tma
-from tilelang.transform import consumer_loop
 from tilelang.transform.common import walk
-from tilelang.transform.consumer_loop import Empty, barrier, gemm_flags
-from tilelang.transform.pipeline_tma_checks import cluster_plan
+from tilelang.transform.pipelining import consumer_loop
+from tilelang.transform.pipelining.consumer_loop import Empty, barrier, gemm_flags
 from tilelang.utils.ir import extern, is_zero, seq
 
 if TYPE_CHECKING:
-    from tilelang.transform.pipeline_tma_checks import Kernel
+    from tilelang.transform.pipelining.checks import Kernel
 
 WS_REGION = "tl.ws"  # AttrStmt value: number of consumer threads
 WS_PRELUDE = "tl.ws_prelude"
@@ -88,10 +87,11 @@ def _uses(stmt, buffer) -> bool:
     return bool(found)
 
 
-def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, specialize: bool):
-    """The Hopper pipeline for `loop` (see the module docstring), from `pipeline_loops`' plan.
+def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, specialize: bool, cluster=None):
+    """The Hopper pipeline for `loop` (see the module docstring), from its schedule `plan`.
     `versioned(stmt, stage)` points a statement's accesses of the multi-buffered tiles at one stage;
-    `staged` are those tiles' new (multi-buffered) buffers."""
+    `staged` are those tiles' new (multi-buffered) buffers; `cluster` (warp-specialized only) the
+    grid dimension of 2-block clusters and the indices of the producer copies they multicast."""
     k, n, tx = loop.loop_var, loop.extent, kernel.thread
     producers = plan.producers
 
@@ -139,7 +139,6 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
     ]
 
     # 2-block clusters: tiles both blocks of a pair copy are loaded half by each, multicast.
-    cluster = cluster_plan(loop, producers, kernel) if specialize else None
     kernel.cluster = cluster[0] if cluster else None
     multicast = [producers[j] for j in cluster[1]] if cluster else []
 

@@ -1,5 +1,5 @@
 """Where the waits of asynchronous wgmma gemms go in a warp-specialized consumer loop (analysis used
-by `pipeline_tma`).
+by `consumer_loop`).
 
 A wgmma gemm runs on the tensor cores after the thread issues it; `wgmma.wait_group N` waits until
 at most N of the thread's groups are still running. Every wgmma gemm of the loop is issued without

@@ -1,0 +1,67 @@
+"""Pass `plan_pipelines`: decide the form of each `T.Pipelined(n, num_stages=s)` loop (s >= 2) and
+record it on the loop; the injection passes build it.
+
+    cp_async  copies issued s - 1 iterations ahead as cp.async groups (`inject_cp_async_pipelines`)
+    tma       TMA loads on mbarriers issued by thread 0 ahead of the loop (`inject_tma_pipelines`)
+    tma_ws    TMA loads by a producer warpgroup of their own, the kernel's threads the consumers
+              (`inject_tma_pipelines`, then `warp_specialize`), in 2-block clusters that multicast
+              shared tiles with `tl.enable_tma_multicast`
+
+Before:  for k in T.Pipelined(n, num_stages=3): copy(A[k], A_s); gemm(A_s, ...)
+After:   for k in T.Pipelined(n, num_stages=3, annotations={"tl.pipeline_form": "tma_ws"}): (same body)
+
+TMA needs a target that has it (`has_tma`), copies whose boxes and shared layouts the TMA unit can
+do, and not `tl.disable_tma_lower`; a producer warpgroup needs whole warpgroups, room for 128 more
+threads, a loop whose bounds and copy coordinates the consumers do not compute, no other
+warp-specialized loop in the kernel, and not `tl.disable_warp_specialized`; a loop inside another
+loop takes TMA only with one. Why a loop does not take a form is in the debug log
+(`pipelining/checks.py`).
+
+Requires: tile ops as parsed, TMA copies outside loops made (`lower_tma_copies`: which tiles only
+TMA writes), gemm instructions selected (the layouts TMA must write). Guarantees: IR unchanged but
+the annotations; a UserError at the loop for a schedule that cannot be built (a shared tile written
+by two copies or by a consumer, `order`/`stage` lists that do not fit the loop).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tvm import tirx
+
+from tilelang.options import DEFAULT_OPTIONS, CompileOptions
+from tilelang.transform.pipelining import checks, schedule
+from tilelang.utils.target import has_tma
+
+logger = logging.getLogger("tilelang")
+
+
+def _form(loop, plan, kernel) -> tuple:
+    """(form, cluster) of a loop with producers."""
+    name = loop.loop_var.name
+    reason = checks.why_not(plan.producers, kernel)
+    no_ws = reason or checks.why_not_specialized(loop, plan.producers, kernel)
+    reason = reason or checks.why_not_nested(kernel, no_ws)
+    if any(plan.stage_of) and (no_ws is not None or max(plan.stage_of) > 1):
+        why = no_ws if no_ws is not None else "consumer stages beyond 1"
+        logger.debug("pipelined loop '%s': consumers in program order, one stage (%s)", name, why)
+    if reason is not None:
+        if has_tma(kernel.target):
+            logger.debug("pipelined loop '%s': cp.async instead of TMA (%s)", name, reason)
+        return schedule.CP_ASYNC, None
+    if no_ws is not None:
+        logger.debug("pipelined loop '%s': TMA without warp specialization (%s)", name, no_ws)
+        return schedule.TMA, None
+    kernel.specialized.append(loop)
+    return schedule.TMA_WS, checks.cluster_plan(loop, plan.producers, kernel)
+
+
+def plan_pipelines(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
+    def visit(loop, stages, kernel, new_tiles):
+        plan = schedule.schedule(loop)
+        if not plan.producers:
+            return None
+        form, cluster = _form(loop, plan, kernel)
+        return schedule.with_form(loop, form, cluster)
+
+    return schedule.map_pipelined_loops(func, visit, options)
