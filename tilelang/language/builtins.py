@@ -18,6 +18,7 @@ from tvm.script import tirx as _script
 from tvm.script.ir_builder import tirx as _tb
 from tvm.tirx import shift_left, shift_right  # noqa: F401  (TileLang re-exports TVM's)
 
+from tilelang import intrinsics
 from tilelang.dtypes import bits as dtype_bits
 from tilelang.errors import UserError
 from tilelang.utils.ir import dtype_of
@@ -221,7 +222,7 @@ def ptx_cp_async(dst_access_ptr, src_access_ptr, num_elems, predicate=None):
     if nbytes not in (4, 8, 16):
         raise UserError(f"T.ptx_cp_async copies 4, 8 or 16 bytes; {num_elems} {dtype} elements are {nbytes} bytes")
     valid = tirx.const(True, "bool") if predicate is None else predicate
-    return _extern(f"tl::cp_async<{nbytes}>", dst_access_ptr, src_access_ptr, valid)
+    return intrinsics.CP_ASYNC.call({"bytes": nbytes}, dst_access_ptr, src_access_ptr, valid)
 
 
 def ptx_commit_group():
@@ -234,7 +235,7 @@ def ptx_wait_group(num: int):
     (`cp.async.wait_group`); 0 waits for all."""
     if not isinstance(num, builtins.int) or num < 0:
         raise UserError(f"T.ptx_wait_group: num must be a constant int >= 0, got {num!r}")
-    return _extern(f"tl::cp_async_wait<{num}>")
+    return intrinsics.CP_ASYNC_WAIT.call({"pending": num})
 
 
 def dp4a(A, B, C):
@@ -282,7 +283,7 @@ def sync_threads(barrier_id: int | None = None, arrive_count: int | None = None)
         raise UserError(f"T.sync_threads: barrier_id must be a constant in [0, 16), got {barrier_id!r}")
     if not isinstance(arrive_count, builtins.int) or arrive_count <= 0 or arrive_count % 32:
         raise UserError(f"T.sync_threads: arrive_count must be a constant multiple of 32, got {arrive_count!r}")
-    return _extern(f"tl::named_barrier_sync<{barrier_id}, {arrive_count}>")
+    return intrinsics.NAMED_BARRIER_SYNC.call({"id": barrier_id, "threads": arrive_count})
 
 
 def parallel(start, stop=None, *, annotations=None):

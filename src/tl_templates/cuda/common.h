@@ -20,7 +20,7 @@ namespace tl {
 // what: tilelang/transform/barrier_ids.py (0 is __syncthreads()'s).
 template <int Id, int Threads>
 TL_DEVICE void named_barrier_sync() {
-  static_assert(Id > 0 && Id < 16, "a block has 16 named barriers and 0 is __syncthreads()'s");
+  static_assert(Id >= 0 && Id < 16, "a block has 16 named barriers, 0-15");
   static_assert(Threads % 32 == 0, "a named barrier counts whole warps");
   asm volatile("bar.sync %0, %1;\n" ::"n"(Id), "n"(Threads) : "memory");
 }
