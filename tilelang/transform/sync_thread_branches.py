@@ -41,7 +41,7 @@ from tvm import ir, s_tir, tirx
 from tilelang import intrinsics
 from tilelang.errors import UserError, at_span
 from tilelang.transform import barrier_ids
-from tilelang.utils.ir import is_block_barrier, seq, statements
+from tilelang.utils.ir import const_int, is_block_barrier, seq, statements
 
 THREAD_BRANCH = "tl.thread_branch"  # one side of a thread branch: node [lo, hi)
 _HIDDEN = "tl.thread_branch_condition"  # a branch whose condition is hidden: node the condition
@@ -84,22 +84,41 @@ def _block_sync(scope):
     return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", ir.StringImm(scope)))
 
 
+def _data_name(source):
+    """The name of a loaded or stored buffer (TVM 0.27 gives buffers as Vars), or None."""
+    return getattr(source, "name", None) if tirx.is_buffer_var(source) else None
+
+
 def _block_uniform(body):
-    """A test of whether an expression has one value across the threads of a block: it reads no
-    memory, calls nothing, and its variables are block indices, scalar parameters, or loop and let
-    variables defined from such expressions."""
-    defs, varying = {}, set()
+    """A test of whether an expression has one value across the threads of a block: it calls
+    nothing, reads memory only from global tensors the kernel never writes (a block-sparse mask,
+    `if BlockMask[by, bx, k]:`) at uniform indices, and its variables are block indices, scalar
+    parameters, or loop and let variables defined from such expressions."""
+    defs, varying, written = {}, set(), set()
 
     def on_attr(node):
         if node.attr_key == "thread_extent" and not str(node.node.thread_tag).startswith("blockIdx"):
             varying.add(node.node.var)
+
+    # Written memory by buffer name: a tensor can reach a pass as several buffer objects of one
+    # name (a clash only makes the test stricter).
+    def on_call(call):  # memory a call may write through a pointer it takes (atomics, templates)
+        for arg in call.args:
+            if isinstance(arg, ir.Call) and isinstance(arg.op, ir.Op) and arg.op.name == "tirx.address_of":
+                tvm_ffi.structural_walk(arg, [(ir.TensorLoad, lambda ld: written.add(_data_name(ld.source)))])
+            elif isinstance(arg, ir.Call) and isinstance(arg.op, ir.Op) and arg.op.name == "tirx.tvm_access_ptr":
+                if const_int(arg.args[4]) is None or const_int(arg.args[4]) & 2:  # its read/write mask
+                    written.add(str(arg.args[1]).removesuffix(".data"))
 
     tvm_ffi.structural_walk(
         body,
         [
             (tirx.AttrStmt, on_attr),
             (tirx.LetStmt, lambda n: defs.__setitem__(n.var, [n.value])),
+            (tirx.Bind, lambda n: defs.__setitem__(n.var, [n.value])),
             (tirx.For, lambda n: defs.__setitem__(n.loop_var, [n.min, n.extent])),
+            (tirx.BufferStore, lambda n: written.add(_data_name(n.buffer))),
+            (ir.Call, on_call),
         ],
     )
 
@@ -120,7 +139,13 @@ def _block_uniform(body):
         def on_impure(_):
             ok[0] = False
 
-        tvm_ffi.structural_walk(expr, [(tirx.Var, on_var), (ir.TensorLoad, on_impure), (ir.Call, on_impure)])
+        def on_load(ld):
+            name = _data_name(ld.source)
+            readonly = name is not None and ld.source.scope() == "global" and name not in written
+            if not (readonly and all(uniform(i) for i in ld.indices)):
+                ok[0] = False
+
+        tvm_ffi.structural_walk(expr, [(tirx.Var, on_var), (ir.TensorLoad, on_load), (ir.Call, on_impure)])
         return ok[0]
 
     return uniform

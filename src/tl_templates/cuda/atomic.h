@@ -93,7 +93,10 @@ TL_DEVICE T float_extreme(T* address, T value) {
   U bits_u = *reinterpret_cast<U*>(&value);
   bool negative = bits_s < 0;
   U old;
-  if (negative == Max) {  // max of a negative value, min of a non-negative one: unsigned side
+  // A negative value orders in reverse as unsigned (larger magnitude, larger bits), and above every
+  // non-negative one: max takes the unsigned minimum, min the unsigned maximum. A non-negative
+  // value orders as a signed integer, above every negative one (a negative signed integer).
+  if (negative) {
     old = Max ? atomicMin(reinterpret_cast<U*>(address), bits_u) : atomicMax(reinterpret_cast<U*>(address), bits_u);
   } else {
     S got = Max ? atomicMax(reinterpret_cast<S*>(address), bits_s) : atomicMin(reinterpret_cast<S*>(address), bits_s);

@@ -433,17 +433,19 @@ def test_barriers_inside_a_block_uniform_condition(target):
     cuda.compile_object(src, tilelang.utils.target.determine_target(target))
 
 
-def test_a_condition_reading_memory_is_not_block_uniform():
+def test_a_condition_reading_memory_at_thread_indices_is_not_block_uniform():
+    # (A read-only tensor at block-uniform indices is uniform: test_block_uniform_conditions.py.)
     @T.prim_func
-    def main(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32"), n: T.Tensor((1,), "int32")):
+    def main(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32"), n: T.Tensor((128,), "int32")):
         with T.Kernel(1, threads=128):
             S = T.alloc_shared((64, 64), "float32")
-            if n[0] > 0:  # each thread loads n[0]: TVM is not told it is uniform
+            tx = T.get_thread_binding()
+            if n[tx] > 0:  # each thread loads its own n[tx]
                 T.copy(A, S)
                 for i, j in T.Parallel(64, 64):
                     B[i, j] = S[j, i]
 
-    message = r"(?s)inside an `if` whose condition may differ between the threads.*\n\s*\| if n\[0\] > 0:"
+    message = r"(?s)inside an `if` whose condition may differ between the threads.*\n\s*\| if n\[tx\] > 0:"
     with pytest.raises(UserError, match=message):
         tilelang.compile(main, out_idx=[1], target="sm_80")
 

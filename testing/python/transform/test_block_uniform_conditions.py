@@ -1,0 +1,50 @@
+"""Conditions every thread of a block evaluates alike may hold barriers: block indices and loop
+counters, and reads of global tensors the kernel never writes at such indices (a block-sparse
+mask). A condition reading memory the kernel writes stays an error at the user's `if`."""
+
+import pytest
+
+import tilelang
+import tilelang.language as T
+from tilelang.codegen import cuda
+from tilelang.errors import UserError
+
+M = N = K = 512
+
+
+def _blocksparse(write_mask=False):
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), "float16"),
+        B: T.Tensor((K, N), "float16"),
+        Mask: T.Tensor((M // 128, N // 128, K // 32), "bool"),
+        C: T.Tensor((M, N), "float16"),
+    ):
+        with T.Kernel(N // 128, M // 128, threads=128) as (bx, by):
+            A_s = T.alloc_shared((128, 32), "float16")
+            B_s = T.alloc_shared((32, 128), "float16")
+            C_f = T.alloc_fragment((128, 128), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(K // 32, num_stages=2):
+                if Mask[by, bx, k]:
+                    T.copy(A[by * 128, k * 32], A_s)
+                    T.copy(B[k * 32, bx * 128], B_s)
+                    T.gemm(A_s, B_s, C_f)
+            if write_mask:
+                Mask[by, bx, 0] = False
+            T.copy(C_f, C[by * 128, bx * 128])
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_a_block_sparse_mask_guards_tile_ops(target):
+    kernel = tilelang.compile(_blocksparse(), out_idx=[-1], target=target)
+    src = kernel.get_kernel_source()
+    assert "Mask" in src and "__syncthreads" in src
+    cuda.compile_object(src, kernel.target)
+
+
+def test_a_mask_the_kernel_writes_is_not_uniform():
+    with pytest.raises(UserError, match="(?s)may differ between the threads.*if Mask\\[by, bx, k\\]"):
+        tilelang.compile(_blocksparse(write_mask=True), out_idx=[-1], target="sm_80")
