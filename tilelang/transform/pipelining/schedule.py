@@ -93,6 +93,8 @@ def versioned(stmt, buffers: dict, version):
 
 @dataclass
 class Plan:
+    """A pipelined loop's schedule (`schedule`)."""
+
     producers: list  # the global-to-shared copies the pipeline issues ahead
     ordered: list  # every statement, in the order the loop body issues them
     tiles: list  # the shared tiles the producers write (multi-buffered)
