@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from tilelang.errors import UserError
 from tilelang.op import base
 from tilelang.op.loops import build_parallel_nest
 
@@ -16,16 +15,26 @@ NAME = "fill"
 __all__ = ["fill", "clear"]
 
 
-def fill(buffer, value):
-    """Set every element of `buffer` (a buffer or a slice of one) to `value`.
+def _region(buffer, what: str) -> base.Region:
+    """The filled region: a buffer, a slice, or one element (`x[0]`, a `T.alloc_var`)."""
+    region = base.to_region(buffer, what)
+    if region is None:  # one element, given by its indices
+        load = buffer.scalar if hasattr(buffer, "scalar") else buffer
+        region = base.Region(load.source, list(load.indices), [tirx.const(1, "int32")] * len(load.indices))
+    return region
 
-    Errors: UserError if `buffer` is not a buffer or slice.
+
+def fill(buffer, value):
+    """Set every element of `buffer` (a buffer, a slice of one, or one element) to `value`.
+
+    Fragments and shared tiles are filled by the block's threads together; a `T.alloc_local` or
+    `T.alloc_var` buffer belongs to each thread, which fills its own.
+
+    Errors: UserError if `buffer` is not a buffer, a slice or an element.
 
     Example: T.fill(acc, -T.infinity("float32"))
     """
-    region = base.to_region(buffer, "T.fill")
-    if region is None:
-        raise UserError("T.fill: expected a buffer or a slice, got a single element")
+    region = _region(buffer, "T.fill")
     value = tirx.const(value, region.buffer.dtype) if isinstance(value, (int, float)) else value
     if value.ty.dtype != region.buffer.dtype if hasattr(value, "ty") else False:
         value = tirx.Cast(region.buffer.dtype, value)
@@ -34,9 +43,6 @@ def fill(buffer, value):
 
 def clear(buffer):
     """Set every element of `buffer` to zero. Example: T.clear(C_local)"""
-    region = base.to_region(buffer, "T.clear")
-    if region is None:
-        raise UserError("T.clear: expected a buffer or a slice, got a single element")
     return fill(buffer, 0)
 
 
@@ -56,9 +62,21 @@ class Fill(base.TileOp):
         return f"T.fill({self.region.name})"
 
     def expand(self, analyzer=None) -> tirx.Stmt:
-        """The fill as a parallel loop nest over the region."""
+        """The fill as a parallel loop nest over the region; over a thread's own (local) buffer,
+        serial loops every thread runs."""
 
         def body(idx, _loop_vars):
             return tirx.BufferStore(self.region.buffer, self.value, idx)
 
-        return build_parallel_nest(self.region, body, span=self.span)
+        nest = build_parallel_nest(self.region, body, span=self.span)
+        if self.region.buffer.scope() != "local":
+            return nest
+
+        def serial(stmt):
+            if not isinstance(stmt, tirx.For):
+                return stmt
+            return tirx.For(
+                stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.SERIAL, serial(stmt.body), span=stmt.span
+            )
+
+        return serial(nest)
