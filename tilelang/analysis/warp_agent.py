@@ -12,7 +12,7 @@ What each call means:
   multicast), as a write of the box by the issuing warp;
 - `tl::wgmma_ss<m, n, k, ...>` / `wgmma_rs`: reads of the shared operand tiles;
 - `__syncthreads` and TVM's `tvm_storage_sync` (barrier 0), `tl::named_barrier_sync<id, count>`,
-  the pingpong barriers (2 and 3: two consumer warpgroups taking turns), `tl::cluster_sync`.
+  the pingpong barriers (`barrier_ids.PINGPONG`: two consumer warpgroups taking turns), `tl::cluster_sync`.
 A wait passes only on the phase it is for: parity 1 on a fresh barrier passes at once (the phase
 "before the first"), and waiting again for the phase this warp last passed passes, as on hardware;
 any later phase means the barrier was completed again before this warp looked, an error.
@@ -28,6 +28,7 @@ from tvm import ir, tirx
 
 from tilelang.analysis.block_state import ProtocolError, access, clock_of, join, tick
 from tilelang.analysis.block_values import barrier_key, device_call, is_shared, lanes, register, shared_at, value
+from tilelang.transform import barrier_ids
 from tilelang.utils.ir import is_block_barrier
 
 
@@ -145,16 +146,16 @@ def _call(stmt, env, block, tx, consumed):
         if name == "__syncthreads":
             bar_id, count = 0, block.threads
         elif name == "tl::pingpong_sync":
-            bar_id, count = 2 + tx // 128, 256
+            bar_id, count = barrier_ids.PINGPONG[tx // 128], 256
         else:
             bar_id, count = template
         generation = block.named_arrive(bar_id, count, clock=tick(block, warp))
         yield lambda: block.named[bar_id][1] > generation
         join(block.clocks[warp], block.named[bar_id][3][generation])
     elif name == "tl::pingpong_arrive":
-        block.named_arrive(3 - tx // 128, 256, clock=tick(block, warp))
+        block.named_arrive(barrier_ids.PINGPONG[1 - tx // 128], 256, clock=tick(block, warp))
     elif name == "tl::pingpong_init" and tx // 128 == 1:
-        block.named_arrive(2, 256, clock=tick(block, warp))
+        block.named_arrive(barrier_ids.PINGPONG[0], 256, clock=tick(block, warp))
 
 
 def _tma_load(name, call, args, env, block, warp):
