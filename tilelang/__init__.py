@@ -13,11 +13,10 @@ def add(N, block=1024):
     return main
 """
 
-__version__ = "0.1.0"
-
-# The language first: the passes and the code generator import it, and it imports them back.
+# The T.* language (it imports the tile ops, which the compiler imports in turn).
 from tilelang import language  # noqa: E402,F401
 from tilelang.dtypes import dtype as DataType  # noqa: E402,F401  (tilelang.DataType: T.dtype)
+from tilelang.version import __version__  # noqa: E402,F401
 
 # isort: split
 from tilelang import cache  # noqa: E402,F401

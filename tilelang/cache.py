@@ -26,6 +26,7 @@ import logging
 import os
 import shutil
 import uuid
+from typing import NamedTuple
 
 from tilelang import env
 
@@ -89,8 +90,8 @@ def key_for(factory, args, kwargs, out_idx, target, pass_configs, compile_flags=
     """The cache key of one compiled kernel (hex sha256); `compile_flags` are the extra nvcc flags."""
     import tvm
 
-    from tilelang import __version__
     from tilelang.codegen.cuda import nvcc_version
+    from tilelang.version import __version__
 
     parts = {
         "module": hashlib.sha256(_module_source(factory).encode()).hexdigest(),
@@ -137,10 +138,17 @@ def store(key: str, kernel) -> None:
         raise
 
 
-def load(key: str):
-    """The JITKernel of entry `key`, or None on a miss. A corrupt entry is removed (and logged)."""
-    from tilelang.jit.kernel import JITKernel
+class Entry(NamedTuple):
+    """What a cache entry holds to rebuild a kernel without compiling (`JITKernel.from_cache`)."""
 
+    meta: dict
+    kernel_source: str
+    host_source: str
+    lib_path: str
+
+
+def load(key: str) -> Entry | None:
+    """The entry `key`, or None on a miss. A corrupt entry is removed (and logged)."""
     final = os.path.join(folder(), key)
     if not os.path.isdir(final):
         return None
@@ -154,7 +162,7 @@ def load(key: str):
         for name in ("device.cu", "host.cc"):
             with open(os.path.join(final, name), encoding="utf-8") as f:
                 sources.append(f.read())
-        return JITKernel.from_cache(meta, sources[0], sources[1], lib)
+        return Entry(meta, sources[0], sources[1], lib)
     except (OSError, ValueError, KeyError, json.JSONDecodeError) as err:
         logger.warning("tilelang: corrupt cache entry %s (%s); rebuilding it", final, err)
         shutil.rmtree(final, ignore_errors=True)

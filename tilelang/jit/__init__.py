@@ -341,9 +341,10 @@ class JITImpl:
             return None
         hit = self._by_disk_key.get(disk_key)
         if hit is None:
-            hit = cache.load(disk_key)
-            if hit is None:
+            entry = cache.load(disk_key)
+            if entry is None:
                 return None
+            hit = JITKernel.from_cache(*entry)
             log_compile(self.verbose, "%s: loaded from the disk cache (entry %s)", self.__name__, disk_key[:16])
             self._by_disk_key[disk_key] = hit
         return hit

@@ -45,6 +45,12 @@ class Param:
         """((dimension, expression), ...) of the dimensions computed from symbols."""
         return tuple((d, s) for d, s in enumerate(self.shape) if isinstance(s, str) and not s.isidentifier())
 
+    def concrete_shape(self, sizes: dict) -> tuple:
+        """The shape with every symbol replaced by its size in `sizes`; KeyError names a missing one."""
+        from tilelang.jit.exported import evaluate_dim
+
+        return tuple(d if isinstance(d, int) else evaluate_dim(str(d), sizes) for d in self.shape)
+
     @functools.cached_property
     def is_static(self) -> bool:
         return all(isinstance(s, int) for s in self.shape)

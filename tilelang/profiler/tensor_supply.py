@@ -60,7 +60,7 @@ def supply_tensor(param, supply_type: TensorSupplyType, device="cuda", sizes: di
     from tilelang.dtypes import canonical
 
     name = getattr(param, "name", "?")
-    shape = _fixed_shape(name, tuple(param.shape), sizes)
+    shape = _fixed_shape(param, sizes)
     try:
         dtype = canonical(param.dtype)
     except TypeError:
@@ -100,14 +100,14 @@ def supply_tensor(param, supply_type: TensorSupplyType, device="cuda", sizes: di
     return values.to(torch_dtype)
 
 
-def _fixed_shape(name: str, shape: tuple, sizes: dict | None) -> tuple:
+def _fixed_shape(param, sizes: dict | None) -> tuple:
+    """The parameter's shape, its symbols sized from `sizes` (by the parameter's `concrete_shape`)."""
+    name, shape = getattr(param, "name", "?"), tuple(param.shape)
     if all(isinstance(d, int) for d in shape):
         return shape
-    if sizes:
-        from tilelang.jit.exported import evaluate_dim
-
+    if sizes and hasattr(param, "concrete_shape"):
         try:
-            return tuple(d if isinstance(d, int) else evaluate_dim(str(d), sizes) for d in shape)
+            return tuple(param.concrete_shape(sizes))
         except KeyError as missing:
             raise ValueError(
                 f"parameter '{name}' has shape {list(shape)}; the sizes given ({sizes}) do not say "
