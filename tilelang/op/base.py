@@ -109,6 +109,15 @@ class TileOp:
         while the layouts it starts from are not known yet."""
         return None
 
+    def aliases(self) -> list:
+        """(view, source) pairs of buffers this op declares to be one memory (T.reshape / T.view)."""
+        return []
+
+    def shared_layouts(self, known: dict) -> dict | None:
+        """Layouts of shared tiles this op derives from `known` ({tile: Layout}): a view's from its
+        source's and the reverse."""
+        return None
+
     # ---- lowering ----
 
     def expand(self, analyzer) -> tirx.Stmt:

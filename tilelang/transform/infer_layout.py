@@ -393,11 +393,29 @@ def _annotate(func, nodes, state):
     for b, layout in _fragment_staging_tiles(func.body, state.fragments).items():
         if b not in shared:
             shared[b] = shared_layout_to_ir(layout)
+    shared = _share_view_layouts(nodes, shared)
     if shared:
         func = func.with_attr(SHARED_LAYOUTS, tvm_ffi.convert(shared))
     if annotated is not None:
         func = func.without_attr(ANNOTATED_LAYOUTS)
     return func
+
+
+def _share_view_layouts(nodes, shared: dict) -> dict:
+    """A shared tile and its views (T.view / T.reshape) are one memory: a tile with a layout gives it
+    to its views, and a view to its source, seen through the view's shape and dtype (`TileOp.
+    shared_layouts`). A view whose own layout disagrees is reported where it is lowered."""
+    known = {b: shared_layout_from_ir(v) for b, v in shared.items()}
+    ops = [n.op for n in nodes if not _is_loop(n)]
+    changed = True
+    while changed:
+        changed = False
+        for op in ops:
+            for b, layout in (op.shared_layouts(known) or {}).items():
+                if b not in known:
+                    known[b], changed = layout, True
+    shared.update({b: shared_layout_to_ir(lay) for b, lay in known.items() if b not in shared})
+    return shared
 
 
 def _fragment_staging_tiles(body, fragments) -> dict:

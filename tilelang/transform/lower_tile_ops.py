@@ -45,7 +45,7 @@ from tilelang.utils.ir import is_block_barrier, seq
 class LowerContext:
     """What an op's lowering may ask for."""
 
-    def __init__(self, fragments, scope, target=None, shared_layouts=None, options=None):
+    def __init__(self, fragments, scope, target=None, shared_layouts=None, options=None, views=None):
         self.target = target
         self.options = options if options is not None else DEFAULT_OPTIONS
         self._fragments = fragments
@@ -55,6 +55,12 @@ class LowerContext:
             b: tirx.decl_buffer((f.local_size,), str(b.dtype), f"{b.name}_local", scope="local")
             for b, f in fragments.items()
         }
+        # A fragment view (T.reshape / T.view) is its source's registers under another shape.
+        for view in views or {}:
+            source = view
+            while source in views:
+                source = views[source]
+            self._locals[view] = self._locals[source]
         self._scope = scope
         self.workspaces = []
         self.warpgroup = None  # the kernel's `tl::warpgroup_index()`, bound at its start once used
@@ -150,7 +156,9 @@ def lower_tile_ops(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTION
         fragments = {b: fl.from_ir(v) for b, v in func.attrs[FRAGMENT_LAYOUTS].items()}
     scope = Scope()
     attrs = func.attrs if func.attrs is not None else {}
-    ctx = LowerContext(fragments, scope, attrs.get("target"), attrs.get(SHARED_LAYOUTS), options)
+    views = {v: s for op in map(base.parse, collect(func.body, tirx.Evaluate)) if op for v, s in op.aliases()}
+    views = {v: s for v, s in views.items() if v in fragments}
+    ctx = LowerContext(fragments, scope, attrs.get("target"), attrs.get(SHARED_LAYOUTS), options, views)
 
     def on_for(loop, recurse):
         if LOOP_LAYOUT not in loop.annotations:
@@ -172,6 +180,9 @@ def lower_tile_ops(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTION
         if stmt.buffer in fragments:
             return tirx.AllocBuffer(ctx.local_of(stmt.buffer))
         return stmt
+
+    def on_decl(stmt, recurse):  # a fragment view: its accesses now go to its source's registers
+        return tirx.Evaluate(0) if stmt.buffer in fragments else stmt
 
     def on_attr(stmt, recurse):
         if not is_innermost_thread_extent(stmt):
@@ -219,6 +230,7 @@ def lower_tile_ops(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTION
             tirx.For: on_for,
             tirx.Evaluate: on_eval,
             tirx.AllocBuffer: on_alloc,
+            tirx.DeclBuffer: on_decl,
             tirx.AttrStmt: on_attr,
             tirx.IfThenElse: on_if,
         },
