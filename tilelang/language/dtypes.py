@@ -7,33 +7,14 @@ from __future__ import annotations
 import torch
 
 from tilelang.dtypes import *  # noqa: F401,F403
-from tilelang.dtypes import DTYPES, dtype
+from tilelang.dtypes import _FROM_TORCH, _TORCH_NAMES, DTYPES, dtype
 
 # torch dtype -> dtype name, for the torch dtypes that have a tilelang dtype (TileLang's table).
+_TORCH_ATTRS = {ours: theirs for theirs, ours in _FROM_TORCH.items()}  # our name -> torch's, where they differ
 _TORCH_DTYPE_TO_STR = {
-    getattr(torch, name): str(dtype(getattr(torch, name)))
-    for name in (
-        "bool",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "float16",
-        "bfloat16",
-        "float32",
-        "float64",
-        "float8_e4m3fn",
-        "float8_e4m3fnuz",
-        "float8_e5m2",
-        "float8_e5m2fnuz",
-        "float8_e8m0fnu",
-        "float4_e2m1fn_x2",
-    )
-    if hasattr(torch, name)
+    getattr(torch, _TORCH_ATTRS.get(name, name)): str(dtype(getattr(torch, _TORCH_ATTRS.get(name, name))))
+    for name in sorted(_TORCH_NAMES)
+    if hasattr(torch, _TORCH_ATTRS.get(name, name))
 }
 
 
