@@ -130,13 +130,6 @@ TL_DEVICE T extreme(T* address, T value) {
 // ---- element atomics: `tl::atomic_add<Order>(&dst, value)`; the _ret forms return the old value ----
 
 template <int Order = kRelaxed, typename T, typename V>
-TL_DEVICE void atomic_add(T* address, V value) {
-  fence_before_atomic<Order>();
-  atomic_detail::add(address, static_cast<T>(value));
-  fence_after_atomic<Order>();
-}
-
-template <int Order = kRelaxed, typename T, typename V>
 TL_DEVICE T atomic_add_ret(T* address, V value) {
   fence_before_atomic<Order>();
   T old = atomic_detail::add(address, static_cast<T>(value));
@@ -145,10 +138,8 @@ TL_DEVICE T atomic_add_ret(T* address, V value) {
 }
 
 template <int Order = kRelaxed, typename T, typename V>
-TL_DEVICE void atomic_max(T* address, V value) {
-  fence_before_atomic<Order>();
-  atomic_detail::extreme<true>(address, static_cast<T>(value));
-  fence_after_atomic<Order>();
+TL_DEVICE void atomic_add(T* address, V value) {
+  atomic_add_ret<Order>(address, value);  // the old value discarded
 }
 
 template <int Order = kRelaxed, typename T, typename V>
@@ -160,10 +151,8 @@ TL_DEVICE T atomic_max_ret(T* address, V value) {
 }
 
 template <int Order = kRelaxed, typename T, typename V>
-TL_DEVICE void atomic_min(T* address, V value) {
-  fence_before_atomic<Order>();
-  atomic_detail::extreme<false>(address, static_cast<T>(value));
-  fence_after_atomic<Order>();
+TL_DEVICE void atomic_max(T* address, V value) {
+  atomic_max_ret<Order>(address, value);  // the old value discarded
 }
 
 template <int Order = kRelaxed, typename T, typename V>
@@ -172,6 +161,11 @@ TL_DEVICE T atomic_min_ret(T* address, V value) {
   T old = atomic_detail::extreme<false>(address, static_cast<T>(value));
   fence_after_atomic<Order>();
   return old;
+}
+
+template <int Order = kRelaxed, typename T, typename V>
+TL_DEVICE void atomic_min(T* address, V value) {
+  atomic_min_ret<Order>(address, value);  // the old value discarded
 }
 
 template <int Order = kRelaxed, typename T, typename V>
