@@ -231,8 +231,9 @@ def test_reduction_gives_a_replicated_destination():
     assert store.groups == [(1, 16)]
 
 
-def test_a_value_read_by_every_iteration_is_replicated_over_all_threads():
-    # RMSNorm's scale: a [1] fragment loaded once and read by the whole row.
+def scale_read_by_every_iteration():
+    """RMSNorm's scale: a [1] fragment loaded once and read along the whole row (B = A * S[row])."""
+
     @T.prim_func
     def main(A: T.Tensor((8, 256), "float32"), S: T.Tensor((8,), "float32"), B: T.Tensor((8, 256), "float32")):
         with T.Kernel(8, threads=128) as bx:
@@ -241,14 +242,12 @@ def test_a_value_read_by_every_iteration_is_replicated_over_all_threads():
             for i in T.Parallel(256):
                 B[bx, i] = A[bx, i] * scale[0]
 
-    func = infer_layout(_prepare(main))
-    scale = _fragment_layouts(func)["scale"]
-    assert scale.replicate == 128 and scale.local_size == 1
-    load, _ = _loop_layouts(func)  # the copy into it runs on every holder, so every copy is written
-    assert load.replicate == 128
+    return main
 
 
-def test_a_row_value_read_along_its_row_is_held_by_the_row_threads():
+def row_value_read_along_its_row():
+    """A per-row value written once per row and read per element (B = A * 2 S[row])."""
+
     @T.prim_func
     def main(A: T.Tensor((64, 256), "float32"), S: T.Tensor((64,), "float32"), B: T.Tensor((64, 256), "float32")):
         with T.Kernel(1, threads=128):
@@ -258,7 +257,19 @@ def test_a_row_value_read_along_its_row_is_held_by_the_row_threads():
             for i, j in T.Parallel(64, 256):
                 B[i, j] = A[i, j] * r[i]
 
-    func = infer_layout(_prepare(main))
+    return main
+
+
+def test_a_value_read_by_every_iteration_is_replicated_over_all_threads():
+    func = infer_layout(_prepare(scale_read_by_every_iteration()))
+    scale = _fragment_layouts(func)["scale"]
+    assert scale.replicate == 128 and scale.local_size == 1
+    load, _ = _loop_layouts(func)  # the copy into it runs on every holder, so every copy is written
+    assert load.replicate == 128
+
+
+def test_a_row_value_read_along_its_row_is_held_by_the_row_threads():
+    func = infer_layout(_prepare(row_value_read_along_its_row()))
     r = _fragment_layouts(func)["r"]
     _, rows = _loop_layouts(func)
     # Every thread running an iteration of row i holds r[i].
@@ -283,7 +294,9 @@ def test_a_replicated_fragment_written_on_some_of_its_threads_is_an_error():
                 m[k] = X[k]
             T.copy(m, B)
 
-    with pytest.raises(UserError, match="(?s)fragment 'm' is held by several threads.*was annotated.*stale.*loop_layout=one_thread"):
+    with pytest.raises(
+        UserError, match="(?s)fragment 'm' is held by several threads.*was annotated.*stale.*loop_layout=one_thread"
+    ):
         infer_layout(_prepare(main))
 
 
