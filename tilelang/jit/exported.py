@@ -19,6 +19,7 @@ For the same reason it has its own short argument checks instead of sharing tile
 from __future__ import annotations
 
 import ast
+import ctypes
 import functools
 import hashlib
 import json
@@ -37,6 +38,7 @@ class Param(NamedTuple):
     name: str
     shape: tuple
     dtype: str
+    kind: str = "tensor"  # or "scalar" (a Python number), "pointer" (a tensor's address or an int)
 
 
 def sidecar_path(lib_path: str) -> str:
@@ -99,7 +101,7 @@ class ExportedKernel:
         self.path = path
         self.name = meta["name"]
         self.arch = meta.get("arch")
-        self.params = [Param(p["name"], tuple(p["shape"]), p["dtype"]) for p in meta["params"]]
+        self.params = [Param(p["name"], tuple(p["shape"]), p["dtype"], p.get("kind", "tensor")) for p in meta["params"]]
         self.out_idx = list(meta["out_idx"])
         self._in_idx = [k for k in range(len(self.params)) if k not in self.out_idx]
         # Loading maps the library and binds its function; no GPU is touched until the first call.
@@ -126,6 +128,10 @@ class ExportedKernel:
                 shape = tuple(self._size(dim, sizes, p) for dim in p.shape)
                 outs.append(torch.empty(shape, dtype=getattr(torch, p.dtype), device=device))
                 args.append(outs[-1])
+            elif p.kind == "pointer":
+                arg = next(it)
+                address = arg.data_ptr() if isinstance(arg, torch.Tensor) else arg
+                args.append(ctypes.c_void_p(address) if isinstance(address, int) else address)
             else:
                 args.append(next(it))
         try:
@@ -162,6 +168,8 @@ class ExportedKernel:
         import torch
 
         p = self.params[k]
+        if p.kind != "tensor":
+            return  # the launcher's message names the scalar's or pointer's position and type
         where = f"{self.name}: parameter '{p.name}' (argument #{k}) expects a CUDA tensor of shape {list(p.shape)} "
         where += f"and dtype {p.dtype}"
         if not isinstance(arg, torch.Tensor):

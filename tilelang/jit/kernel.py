@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from tilelang.jit.params import bind_symbols, diagnose, params_of, resolve_shape
+from tilelang.jit.params import as_pointer, bind_symbols, diagnose, params_of, resolve_shape
 from tilelang.log import report, timed
 from tilelang.options import CompileOptions
 
@@ -122,8 +122,16 @@ class JITKernel:
     def _can_alloc_in_launcher(self) -> bool:
         """One static-shape output, the last parameter, inputs all static: the launcher allocates it."""
         return (
-            len(self.out_idx) == 1 and self.out_idx[0] == len(self.params) - 1 and all(p.is_static for p in self.params)
+            len(self.out_idx) == 1
+            and self.out_idx[0] == len(self.params) - 1
+            and all(p.is_static for p in self.params)
+            and not self._pointers()
+            and self.params[0].kind == "tensor"  # the output goes on the first input's device
         )
+
+    def _pointers(self) -> list[int]:
+        """Positions of the pointer parameters (`T.ptr`): their arguments are converted per call."""
+        return [k for k, p in enumerate(self.params) if getattr(p, "kind", "tensor") == "pointer"]
 
     # Building the library is separate so tests can inspect sources without nvcc.
     def _ensure_built(self):
@@ -218,7 +226,7 @@ class JITKernel:
     def _prepare_fast_call(self, fn) -> None:
         """Precompute the common case of `__call__`: every shape static, the outputs the last params."""
         n_in = len(self._in_idx)
-        if self._has_symbols() or not self.out_idx or self._in_idx != list(range(n_in)):
+        if self._has_symbols() or not self.out_idx or self._in_idx != list(range(n_in)) or self._pointers():
             return
         shapes = [tuple(self.params[k].shape) for k in self.out_idx]
         dtypes = [_torch_dtype(self.params[k].dtype) for k in self.out_idx]
@@ -265,14 +273,27 @@ class JITKernel:
         return not all(p.is_static for p in self.params)
 
     def _launch(self, fn, args):
+        given = args
+        pointers = self._pointers()
+        if pointers:  # a tensor or an int for a T.ptr parameter: pass the address
+            args = list(args)
+            for k in pointers:
+                if k < len(args) and isinstance(args[k], (int, _tensor_type())) and not isinstance(args[k], bool):
+                    args[k] = as_pointer(args[k])
         try:
             fn(*args)
         except (ValueError, TypeError):
-            diagnose(self.params, args, self.name)  # raises a clearer error when it can
+            diagnose(self.params, given, self.name)  # raises a clearer error when it can
             raise
 
 
 _TORCH_DTYPES = {}
+
+
+def _tensor_type():
+    import torch
+
+    return torch.Tensor
 
 
 def _torch_dtype(name: str):

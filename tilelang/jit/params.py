@@ -31,8 +31,15 @@ class Param:
     shape: tuple  # per dimension: int, or str (a symbol's name, or an expression of symbols)
     dtype: str
     symbols: tuple = ()  # ((symbol name, dtype), ...) of the symbols in `shape`; () if not recorded
+    # "tensor"; "scalar" (`n: T.int32`: a Python number, shape ()); "pointer" (`p: T.ptr(...)`: a
+    # tensor whose data address is passed, or the address as an int, shape ())
+    kind: str = "tensor"
 
     def describe(self) -> str:
+        if self.kind == "scalar":
+            return f"a Python {_SCALAR_TYPES[_scalar_class(self.dtype)][0]} ({self.dtype})"
+        if self.kind == "pointer":
+            return "a CUDA tensor (its data address is passed) or a device address as an int"
         return f"a CUDA tensor of shape {format_shape(self.shape)} and dtype {self.dtype}"
 
     @functools.cached_property
@@ -57,11 +64,25 @@ class Param:
 
     def to_json(self) -> dict:
         """The parameter for a disk-cache entry (JSON-serializable)."""
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "symbols": dict(self.symbols)}
+        out = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "symbols": dict(self.symbols)}
+        if self.kind != "tensor":
+            out["kind"] = self.kind
+        return out
 
     @staticmethod
     def from_json(data: dict) -> Param:
-        return Param(data["name"], tuple(data["shape"]), data["dtype"], tuple(data.get("symbols", {}).items()))
+        symbols = tuple(data.get("symbols", {}).items())
+        return Param(data["name"], tuple(data["shape"]), data["dtype"], symbols, data.get("kind", "tensor"))
+
+
+# What a scalar parameter of each dtype class takes from Python: (word for errors, accepted types).
+_SCALAR_TYPES = {"int": ("int", (int,)), "float": ("float", (int, float)), "bool": ("bool", (bool, int))}
+
+
+def _scalar_class(dtype: str) -> str:
+    if dtype == "bool":
+        return "bool"
+    return "float" if dtype.startswith(("float", "bfloat")) else "int"
 
 
 def format_shape(shape) -> str:
@@ -70,7 +91,7 @@ def format_shape(shape) -> str:
 
 
 def params_of(func) -> list[Param]:
-    from tvm import tirx
+    from tvm import ir, tirx
 
     from tilelang.dtypes import canonical
     from tilelang.errors import UserError
@@ -78,11 +99,16 @@ def params_of(func) -> list[Param]:
 
     out = []
     for p in func.params:
-        if not tirx.is_buffer_var(p):  # a pointer parameter (`p: T.ptr(...)`)
-            raise UserError(
-                f"kernel parameter '{p.name}' is a pointer (T.ptr): the launcher takes tensors; declare it "
-                f"as a T.Tensor, or pass device addresses in a T.Tensor([n], T.ptr) table for T.make_tensor"
-            )
+        if not tirx.is_buffer_var(p):
+            ty = p.ty
+            dtype = str(ty.dtype) if isinstance(ty, ir.PrimType) else "handle"
+            if dtype == "handle":  # `p: T.ptr(...)`
+                out.append(Param(p.name, (), "handle", kind="pointer"))
+            elif dtype.startswith(("int", "uint", "float", "bfloat", "bool")) and "x" not in dtype:
+                out.append(Param(p.name, (), canonical(dtype), kind="scalar"))  # `n: T.int32`
+            else:
+                raise UserError(f"kernel parameter '{p.name}' has type {dtype}, which the launcher cannot pass")
+            continue
         shape = tuple(dim_text(s) for s in p.shape)
         symbols = {}
         for dim in p.shape:
@@ -143,10 +169,24 @@ def _problems(param: Param, arg, device: bool = True) -> list[str]:
 
 def check_argument(param: Param, arg, position: int, kernel_name: str, device: bool = True) -> None:
     """Raise ValueError if `arg` cannot be passed as `param` (its dynamic dimensions may be any
-    size here; `bind_symbols` checks that tensors sharing a symbol agree)."""
+    size here; `bind_symbols` checks that tensors sharing a symbol agree). A scalar parameter takes
+    a Python number that fits its dtype; a pointer parameter a tensor or an int address."""
     import torch
 
     where = _where(param, position, kernel_name)
+    if param.kind == "scalar":
+        accepted = _SCALAR_TYPES[_scalar_class(param.dtype)][1]
+        if not isinstance(arg, accepted) or (isinstance(arg, bool) and param.dtype != "bool"):
+            raise ValueError(f"{where} expects {param.describe()}, got {_describe_arg(arg)}")
+        if param.dtype in _SYMBOL_MAX and not -_SYMBOL_MAX[param.dtype] - 1 <= arg <= _SYMBOL_MAX[param.dtype]:
+            raise ValueError(f"{where} expects {param.describe()}, got {arg}, which does not fit in {param.dtype}")
+        return
+    if param.kind == "pointer":
+        if isinstance(arg, bool) or not isinstance(arg, (int, torch.Tensor)):
+            raise ValueError(f"{where} expects {param.describe()}, got {_describe_arg(arg)}")
+        if device and isinstance(arg, torch.Tensor) and arg.device.type != "cuda":
+            raise ValueError(f"{where} expects {param.describe()}, got {_describe_arg(arg)}")
+        return
     if not isinstance(arg, torch.Tensor):
         raise ValueError(f"{where} expects {param.describe()}, got {_describe_arg(arg)}")
     problems = _problems(param, arg, device)
@@ -250,13 +290,23 @@ def diagnose(params: list[Param], args, kernel_name: str) -> None:
     """
     if len(args) != len(params):
         names = ", ".join(p.name for p in params)
-        raise ValueError(f"{kernel_name} takes {len(params)} tensors ({names}), got {len(args)}")
+        raise ValueError(f"{kernel_name} takes {len(params)} arguments ({names}), got {len(args)}")
     for k, (param, arg) in enumerate(zip(params, args)):
         check_argument(param, arg, k, kernel_name, device=False)
     bind_symbols(params, args, kernel_name)
     devices = set()
     for k, (param, arg) in enumerate(zip(params, args)):
         check_argument(param, arg, k, kernel_name)
-        devices.add(arg.device)
+        if param.kind == "tensor":
+            devices.add(arg.device)
     if len(devices) > 1:
         raise ValueError(f"{kernel_name}: all tensors must be on one device, got {sorted(map(str, devices))}")
+
+
+def as_pointer(arg):
+    """The value a pointer parameter receives for `arg`: a tensor's data address (not the tensor
+    itself: the launcher would pass its DLTensor), or an int taken as an address."""
+    import ctypes
+
+    address = arg if isinstance(arg, int) else arg.data_ptr()
+    return ctypes.c_void_p(address)

@@ -60,6 +60,13 @@ def supply_tensor(param, supply_type: TensorSupplyType, device="cuda", sizes: di
     from tilelang.dtypes import canonical
 
     name = getattr(param, "name", "?")
+    kind = getattr(param, "kind", "tensor")
+    if kind != "tensor":  # `n: T.int32` / `p: T.ptr(...)`: a value only the caller knows
+        raise ValueError(
+            f"parameter '{name}' is a {kind} ({param.dtype}), not a tensor: the profiler cannot choose its "
+            f"value; pass the arguments yourself (profiler.do_bench(input_tensors=[...]), or time kernel(...) "
+            f"with tilelang.profiler.do_bench)"
+        )
     shape = _fixed_shape(param, sizes)
     try:
         dtype = canonical(param.dtype)

@@ -47,7 +47,10 @@ def test_export_writes_the_library_and_its_sidecar(library):
 def test_load_library_gives_a_kernel_like_the_jit_one(library):
     kernel = tilelang.load_library(library)
     assert kernel.name == "double" and kernel.out_idx == [1]
-    assert [tuple(p) for p in kernel.params] == [("A", (4096,), "float32"), ("B", (4096,), "float32")]
+    assert [tuple(p) for p in kernel.params] == [
+        ("A", (4096,), "float32", "tensor"),
+        ("B", (4096,), "float32", "tensor"),
+    ]
     assert "double(A: float32[4096], B: float32[4096]) for sm_80" in repr(kernel)
     with pytest.raises(ValueError, match=r"double: parameter 'A' \(argument #0\) .* got device cpu"):
         kernel(torch.randn(4096))
@@ -90,7 +93,7 @@ def test_loader_runs_without_tvm_and_tilelang(library):
     out = subprocess.run(
         [sys.executable, "-c", code, exported.__file__, library], capture_output=True, text=True, check=True
     ).stdout
-    assert "double [1] [('A', (4096,), 'float32'), ('B', (4096,), 'float32')]" in out
+    assert "double [1] [('A', (4096,), 'float32', 'tensor'), ('B', (4096,), 'float32', 'tensor')]" in out
     assert "error: double: parameter 'A' (argument #0) expects a CUDA tensor of shape [4096]" in out
 
 
