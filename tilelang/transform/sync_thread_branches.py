@@ -90,10 +90,10 @@ def _data_name(source):
 
 
 def _block_uniform(body):
-    """A test of whether an expression has one value across the threads of a block: it calls
-    nothing, reads memory only from global tensors the kernel never writes (a block-sparse mask,
-    `if BlockMask[by, bx, k]:`) at uniform indices, and its variables are block indices, scalar
-    parameters, or loop and let variables defined from such expressions."""
+    """A test of whether an expression has one value across the threads of a block: it calls only
+    pure functions (`if_then_else`, `min`), reads memory only from global tensors the kernel never
+    writes (a block-sparse mask, `if BlockMask[by, bx, k]:`) at uniform indices, and its variables
+    are block indices, scalar parameters, or loop and let variables defined from such expressions."""
     defs, varying, written = {}, set(), set()
 
     def on_attr(node):
@@ -136,8 +136,10 @@ def _block_uniform(body):
             if not uniform_var(v):
                 ok[0] = False
 
-        def on_impure(_):
-            ok[0] = False
+        def on_call(call):  # a pure call (if_then_else, min, a cast) is as uniform as its arguments
+            effect = call.op.get_attr("TCallEffectKind") if isinstance(call.op, ir.Op) else None
+            if effect is None or int(effect) > tirx.CallEffectKind.Pure.value:
+                ok[0] = False
 
         def on_load(ld):
             name = _data_name(ld.source)
@@ -145,7 +147,7 @@ def _block_uniform(body):
             if not (readonly and all(uniform(i) for i in ld.indices)):
                 ok[0] = False
 
-        tvm_ffi.structural_walk(expr, [(tirx.Var, on_var), (ir.TensorLoad, on_load), (ir.Call, on_impure)])
+        tvm_ffi.structural_walk(expr, [(tirx.Var, on_var), (ir.TensorLoad, on_load), (ir.Call, on_call)])
         return ok[0]
 
     return uniform

@@ -48,3 +48,32 @@ def test_a_block_sparse_mask_guards_tile_ops(target):
 def test_a_mask_the_kernel_writes_is_not_uniform():
     with pytest.raises(UserError, match="(?s)may differ between the threads.*if Mask\\[by, bx, k\\]"):
         tilelang.compile(_blocksparse(write_mask=True), out_idx=[-1], target="sm_80")
+
+
+def test_pure_calls_keep_a_condition_uniform():
+    # A dynamic number of blocks: the mask's reads are bounds-checked with if_then_else, and the
+    # split's start picks with T.min and T.if_then_else (the public varlen decode examples).
+    num_blocks = T.dynamic("num_blocks")
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), "float16"),
+        B: T.Tensor((K, N), "float16"),
+        Mask: T.Tensor((M // 128, N // 128, num_blocks), "bool"),
+        C: T.Tensor((M, N), "float16"),
+    ):
+        with T.Kernel(N // 128, M // 128, threads=128) as (bx, by):
+            A_s = T.alloc_shared((128, 32), "float16")
+            B_s = T.alloc_shared((32, 128), "float16")
+            C_f = T.alloc_fragment((128, 128), "float32")
+            T.clear(C_f)
+            start = T.min(bx, 2) + T.if_then_else(by < 2, 1, 0)
+            for k in T.Pipelined(K // 32 - 4, num_stages=2):
+                if Mask[by, bx, start + k]:
+                    T.copy(A[by * 128, k * 32], A_s)
+                    T.copy(B[k * 32, bx * 128], B_s)
+                    T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[by * 128, bx * 128])
+
+    kernel = tilelang.compile(main, out_idx=[-1], target="sm_80")
+    assert "__syncthreads" in kernel.get_kernel_source()
