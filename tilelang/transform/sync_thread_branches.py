@@ -217,15 +217,31 @@ def thread_sync(scope: str):
 
 def restore_thread_branches(func: tirx.PrimFunc) -> tirx.PrimFunc:
     ids: dict = {}  # (lo, hi) -> named barrier id, one per distinct range of the kernel
+    # Ids the kernel already names (the user's T.sync_threads(id, n)) are not handed out again.
+    taken = set()
+    tvm_ffi.structural_walk(
+        func.body,
+        [
+            (
+                tirx.Evaluate,
+                lambda s: (
+                    taken.add(intrinsics.NAMED_BARRIER_SYNC.template(s)["id"])
+                    if intrinsics.NAMED_BARRIER_SYNC.matches(s)
+                    else None
+                ),
+            )
+        ],
+    )
+    free = [i for i in barrier_ids.THREAD_BRANCHES if i not in taken]
 
     def barrier_id(rng):
         if rng not in ids:
-            free = barrier_ids.THREAD_BRANCHES
             if len(ids) == len(free):
                 raise UserError(
                     f"thread branches: barriers are needed inside more than {len(free)} different thread "
-                    f"ranges (the GPU has 16 named barriers); use fewer distinct `if tx < n` ranges that "
-                    f"touch shared memory"
+                    f"ranges (the GPU has 16 named barriers, {len(barrier_ids.THREAD_BRANCHES) - len(free)} of "
+                    f"those for branches taken by the kernel's T.sync_threads ids); use fewer distinct "
+                    f"`if tx < n` ranges that touch shared memory"
                 )
             ids[rng] = free[len(ids)]
         return ids[rng]

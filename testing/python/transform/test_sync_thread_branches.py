@@ -210,6 +210,21 @@ def test_expose_then_restore_if_else():
     assert intrinsics.NAMED_BARRIER_SYNC.template(else_bar) == {"id": 5, "threads": 128}
 
 
+def test_ids_the_kernel_names_are_not_reused():
+    """A user's T.sync_threads(4, 128) keeps id 4: the branch barriers take the next free ids."""
+    buf = tirx.decl_buffer((256,), "float32", "s", scope="shared.dyn")
+    users = intrinsics.NAMED_BARRIER_SYNC.stmt({"id": 4, "threads": 128})
+
+    def body(tx):
+        then = tirx.SeqStmt([tirx.BufferStore(buf, tirx.const(1.0, "float32"), [tx]), _block_sync()])
+        return tirx.SeqStmt([users, tirx.IfThenElse(tx < 128, mark((0, 128), then), None)])
+
+    _, func = _kernel(body)
+    branch = restore_thread_branches(func).body.body[1]
+    (bar,) = [s for s in _evaluates(branch.then_case) if intrinsics.NAMED_BARRIER_SYNC.matches(s)]
+    assert intrinsics.NAMED_BARRIER_SYNC.template(bar) == {"id": 5, "threads": 128}
+
+
 def test_branch_without_shared_memory_gets_no_barriers():
     buf = tirx.decl_buffer((4,), "float32", "r", scope="local")
 
