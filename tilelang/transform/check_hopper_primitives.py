@@ -1,8 +1,9 @@
 """Check `check_hopper_primitives`: the hand-written warp-specialization primitives
-(language/barriers.py: T.alloc_barrier, T.barrier_arrive/wait, T.tma_copy, T.set_max_nreg) call
-PTX that only sm_90a has (mbarrier transactions, TMA, setmaxnreg). On another target they are an
-error at the user's line, before any other pass: layout inference for mma.sync would otherwise
-fail first on the same kernel, with a message about layouts instead of the target.
+(language/barriers.py: T.alloc_barrier, T.barrier_arrive/wait, T.tma_copy, T.set_max_nreg,
+T.fence_proxy_async) call PTX that only sm_90a has (mbarrier transactions, TMA, setmaxnreg, proxy
+fences). On another target they are an error at the user's line, before any other pass: layout
+inference for mma.sync would otherwise fail first on the same kernel, with a message about layouts
+instead of the target.
 
 Requires: the PrimFunc as parsed, with its target bound. Guarantees: nothing changed.
 """
@@ -22,8 +23,15 @@ from tilelang.utils.target import arch_of, has_tma
 _HOPPER_ONLY = ("tl::mbarrier_", "tl::fence_barrier_init")
 
 
+# PTX instructions (TVM's `tirx.ptx.*` ops, as T.fence_proxy_async makes them) that need sm_90.
+_HOPPER_ONLY_PTX = ("tirx.ptx.fence_proxy",)
+
+
 def _is_hopper_only(stmt) -> bool:
     if base.is_tile_op(stmt.value, tma.NAME) or intrinsics.lookup(stmt) in intrinsics.SETMAXNREGS:
+        return True
+    value = stmt.value
+    if isinstance(value, tirx.Call) and getattr(value.op, "name", "").startswith(_HOPPER_ONLY_PTX):
         return True
     return (extern_name(stmt) or "").startswith(_HOPPER_ONLY)
 
@@ -37,8 +45,8 @@ def check_hopper_primitives(func: tirx.PrimFunc) -> tirx.PrimFunc:
     def on_eval(stmt):
         if _is_hopper_only(stmt):
             raise at_span(
-                "T.alloc_barrier, T.barrier_arrive/wait, T.tma_copy and T.set_max_nreg need Hopper "
-                f"(sm_90a); this kernel compiles for {arch or 'no target'}",
+                "T.alloc_barrier, T.barrier_arrive/wait, T.tma_copy, T.set_max_nreg and T.fence_proxy_async "
+                f"need Hopper (sm_90a); this kernel compiles for {arch or 'no target'}",
                 stmt.span,
             )
 

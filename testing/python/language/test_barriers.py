@@ -1,6 +1,7 @@
 """Hand-written warp specialization: T.alloc_barrier, T.barrier_arrive / T.barrier_wait,
-T.tma_copy (one thread issues it; its bytes complete on the barrier), T.set_max_nreg, in thread
-branches. A GEMM whose second warpgroup loads each K step by TMA and whose first multiplies."""
+T.tma_copy (one thread announces the bytes and issues it; the threads arrive themselves),
+T.set_max_nreg, in thread branches. A GEMM whose second warpgroup loads each K step by TMA and
+whose first multiplies."""
 
 import re
 
@@ -14,8 +15,8 @@ from tilelang.errors import UserError
 
 
 def ws_gemm(M=64, N=64, K=512, block_K=64, stages=2):
-    """`stages` buffers of each tile, each with a full barrier (the two copies' expect-tx
-    arrivals) and an empty one (every consumer thread)."""
+    """`stages` buffers of each tile, each with a full barrier (every producer thread, after the
+    two copies announced their bytes) and an empty one (every consumer thread)."""
 
     @T.prim_func
     def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
@@ -23,7 +24,7 @@ def ws_gemm(M=64, N=64, K=512, block_K=64, stages=2):
             A_s = T.alloc_shared((stages, M, block_K), "float16")
             B_s = T.alloc_shared((stages, block_K, N), "float16")
             C_f = T.alloc_fragment((M, N), "float32")
-            k_full = T.alloc_barrier([2] * stages)
+            k_full = T.alloc_barrier([128] * stages)
             k_empty = T.alloc_barrier([128] * stages)
             tx = T.get_thread_binding()
             if tx < 128:
@@ -45,6 +46,7 @@ def ws_gemm(M=64, N=64, K=512, block_K=64, stages=2):
                     T.tma_copy(
                         B[k * block_K : (k + 1) * block_K, 0:N], B_s[k % stages, :, :], barrier=k_full[k % stages]
                     )
+                    T.barrier_arrive(k_full[k % stages])
 
     return main
 
@@ -58,10 +60,13 @@ def test_generated_code(stages):
     assert src.index("__syncthreads();", init) < src.index("if (((int)threadIdx.x) < 128)")
     assert "tl::setmaxnreg_inc<240>();" in src and "tl::setmaxnreg_dec<40>();" in src
     assert "tl::wgmma_ss<64, 64, 64, 1, 1," in src
-    # The producer's first thread (thread 128) issues the copies, on the barrier of `k_full`.
+    # The producer's first thread (thread 128) announces the bytes (no arrival) and issues the
+    # copies; then every producer thread arrives on `k_full`.
     producer = src[src.index("} else {") :]
-    assert re.search(r"if \(\(\(int\)threadIdx.x\) == 128\) \{\s*tl::mbarrier_arrive_expect_tx", producer)
+    assert re.search(r"if \(\(\(int\)threadIdx.x\) == 128\) \{\s*tl::mbarrier_expect_tx\(", producer)
+    assert "mbarrier_arrive_expect_tx" not in producer
     assert producer.count("tl::tma_load(") == 2
+    assert "tl::mbarrier_arrive((&(k_full" in producer
     assert "tl::mbarrier_arrive((&(k_empty" in src
     cuda.compile_object(src, kernel.target)
 
@@ -103,6 +108,19 @@ def test_barrier_allocated_inside_a_thread_branch_is_an_error():
 def test_needs_hopper():
     with pytest.raises(UserError, match=r"need Hopper \(sm_90a\); this kernel compiles for sm_80"):
         tilelang.compile(ws_gemm(), out_idx=[2], target="sm_80")
+
+
+def test_proxy_fence_needs_hopper():
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64):
+            A[T.get_thread_binding()] = 1.0
+            T.fence_proxy_async()
+
+    with pytest.raises(UserError, match=r"T.fence_proxy_async need Hopper .* compiles for sm_80") as err:
+        tilelang.compile(main, target="sm_80")
+    assert "T.fence_proxy_async()" in str(err.value)  # the user's line is shown
+    tilelang.compile(main, target="sm_90a")
 
 
 def _three_warpgroups(producer_registers):
