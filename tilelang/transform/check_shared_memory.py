@@ -2,7 +2,8 @@
 
 Runs right after the shared tiles of a kernel are merged into one block (so tiles whose lifetimes
 do not overlap count once). Over the limit, the error lists the kernel's shared tiles with their
-shapes and sizes, so the user sees which tile to shrink (fewer stages, smaller blocks).
+shapes, sizes and the lines that allocate them, so the user sees which tile to shrink (fewer
+stages, smaller blocks).
 
 Requires: `MergeSharedMemoryAllocations`. Guarantees: IR unchanged; a UserError when a kernel does not fit.
 """
@@ -13,7 +14,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from tilelang.errors import UserError
+from tilelang.errors import UserError, describe_span
 from tilelang.utils.target import arch_of, compute_capability
 
 # Largest dynamic shared memory a block may opt in to, by compute capability (CUDA programming
@@ -35,14 +36,16 @@ def tile_bytes(buffer) -> int:
     return n * dt.bits * dt.lanes // 8  # vectorized buffers (float32x4) hold `lanes` values each
 
 
-def user_shared_tiles(func) -> list[tuple[str, tuple, str, int]]:
-    """(name, shape, dtype, bytes) of every shared tile the user allocated, before lowering."""
+def user_shared_tiles(func) -> list[tuple[str, tuple, str, int, str]]:
+    """(name, shape, dtype, bytes, where) of every shared tile the user allocated, before lowering;
+    `where` is the allocation's 'file:line' and source line ('' when the IR has no span)."""
     tiles = []
 
     def on_alloc(stmt):
         b = stmt.buffer
         if b.scope().startswith("shared"):
-            tiles.append((b.name, tuple(int(s) for s in b.shape), str(b.dtype), tile_bytes(b)))
+            where = describe_span(stmt.span)
+            tiles.append((b.name, tuple(int(s) for s in b.shape), str(b.dtype), tile_bytes(b), where))
 
     tvm_ffi.structural_walk(func.body, [(tirx.AllocBuffer, on_alloc)])
     return tiles
@@ -68,7 +71,9 @@ def check_shared_memory(mod, target, tiles) -> None:
         total = sum(used)
         if total > limit:
             listing = "\n".join(
-                f"    {name}: {list(shape)} {dtype} = {size / 1024:.1f} KiB" for name, shape, dtype, size in tiles
+                f"    {name}: {list(shape)} {dtype} = {size / 1024:.1f} KiB"
+                + (f", allocated at\n{where}" if where else "")
+                for name, shape, dtype, size, where in tiles
             )
             raise SharedMemoryOverLimit(
                 f"kernel '{gv.name_hint}' needs {total / 1024:.1f} KiB of shared memory, but {arch_of(target)} allows "

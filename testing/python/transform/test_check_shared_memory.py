@@ -23,6 +23,8 @@ def test_over_the_limit_names_the_tiles_and_the_limit():
         tilelang.compile(_kernel(256), target="sm_90a")  # 256 KiB > 227 KiB
     text = str(info.value)
     assert "256.0 KiB" in text and "227 KiB" in text and "big: [256, 256] float32" in text
+    # Where the user allocated it: this file's line of T.alloc_shared.
+    assert "test_check_shared_memory.py:14" in text and 'big = T.alloc_shared((rows, 256), "float32")' in text
 
 
 def test_limits_differ_by_architecture():
