@@ -9,10 +9,23 @@ records its loop variables; `prim_func` turns those loops into parallel loops ri
 
 from __future__ import annotations
 
+import numbers
+
 from tvm.script.ir_builder import tirx as _tb
 
 from tilelang.errors import UserError
-from tilelang.log import hint_once
+from tilelang.log import hint_once, logger
+
+
+def _const(x):
+    """`x` as a Python int when it is a constant (an int or an IntImm), else None."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, numbers.Integral):
+        return int(x)
+    value = getattr(x, "value", None)
+    return int(value) if isinstance(value, int) and str(getattr(x, "dtype", "")).startswith("int") else None
+
 
 # Loop variables of T.Parallel nests traced so far by the current prim_func parse, with their
 # annotations: {var handle: annotations dict}. Reset by prim_func for each kernel.
@@ -95,6 +108,20 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
     """
     if stop is None:
         start, stop = 0, start
+    if isinstance(num_stages, bool) or not isinstance(num_stages, numbers.Integral) or num_stages < 0:
+        raise UserError(
+            f"T.Pipelined: num_stages must be a constant int >= 0 (0 or 1: no copies in flight ahead), "
+            f"got {num_stages!r}"
+        )
+    extent = _const(stop) - _const(start) if _const(stop) is not None and _const(start) is not None else None
+    if extent is not None and 0 < extent < num_stages:
+        logger.warning(
+            "T.Pipelined: num_stages=%d but the loop runs %d iterations: more stages than iterations overlap "
+            "no more loads; use num_stages <= %d",
+            num_stages,
+            extent,
+            extent,
+        )
     ann = {"num_stages": int(num_stages)}
     if sync:
         if not all(isinstance(g, (list, tuple)) and all(isinstance(x, int) for x in g) for g in sync):

@@ -8,6 +8,7 @@ import pytest
 import tilelang
 import tilelang.language as T
 from tilelang import log
+from tilelang.errors import UserError
 
 M = N = K = 256
 
@@ -166,3 +167,20 @@ def test_pipelined_sync_is_checked_and_logged(caplog, fresh_hints):
     assert any("places the pipeline's barriers itself" in r.getMessage() for r in caplog.records)
     with pytest.raises(Exception, match="`sync` must be lists of statement indices"):
         kernel([0, 1])
+
+
+@pytest.mark.parametrize("stages", [-1, 2.5, True])
+def test_pipelined_num_stages_must_be_a_nonnegative_int(stages):
+    with pytest.raises(UserError, match=r"(?s)num_stages must be a constant int >= 0.*T.Pipelined\(K // 32"):
+        _gemm_kernel(stages=stages)
+
+
+def test_pipelined_more_stages_than_iterations_is_warned(caplog):
+    caplog.set_level(logging.WARNING, logger="tilelang")
+    _gemm_kernel(stages=K // 32 + 1)
+    (record,) = [r for r in caplog.records if "num_stages" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert f"num_stages={K // 32 + 1} but the loop runs {K // 32} iterations" in record.getMessage()
+    caplog.clear()
+    _gemm_kernel(stages=0)  # 0: not pipelined, as in TileLang; no word
+    assert not [r for r in caplog.records if "num_stages" in r.getMessage()]
