@@ -94,7 +94,17 @@ from tilelang.language.kernel import (  # noqa: F401
     ws,
 )
 from tilelang.language.layouts import Layout  # noqa: F401
-from tilelang.language.loops import Parallel, Pipelined, Serial, Unroll, Vectorized, serial, unroll, vectorized  # noqa: F401
+from tilelang.language.loops import (  # noqa: F401
+    Parallel,
+    Persistent,
+    Pipelined,
+    Serial,
+    Unroll,
+    Vectorized,
+    serial,
+    unroll,
+    vectorized,
+)
 from tilelang.language.math import Cast, cast, infinity, max_value, min_value, reinterpret  # noqa: F401
 from tilelang.language.prim_func import prim_func  # noqa: F401
 from tilelang.language.symbolics import dynamic, symbolic  # noqa: F401

@@ -31,6 +31,9 @@ def _const(x):
 # annotations: {var handle: annotations dict}. Reset by prim_func for each kernel.
 parallel_loop_vars: dict = {}
 
+# T.Persistent nests traced so far: {first loop variable: Persistent}. Reset by prim_func.
+persistent_loops: dict = {}
+
 
 # T.Parallel's annotation names and the keyword each stands for (the public TileLang's names);
 # `parallel_async_without_async_commit_wait` only qualifies prefer_async, which is a hint here.
@@ -168,3 +171,74 @@ def vectorized(start, stop=None, annotations=None):
 Serial = serial
 Unroll = unroll
 Vectorized = vectorized
+
+
+class Persistent:
+    """`for bx, by in T.Persistent([m_blocks, n_blocks], wave_size, index, group_size=8)`: the tiles of a
+    grid visited by a fixed number of blocks (a persistent kernel: `T.Kernel(sm_count)`).
+
+    Block `index` (0 <= index < wave_size, usually the kernel's block index with wave_size blocks
+    launched) takes tiles index, index + wave_size, index + 2 * wave_size, ...: wave w gives it tile
+    number t = w * wave_size + index. Tiles are numbered in groups along the last dimension, so that
+    blocks running side by side share operand tiles in L2: the last dimension is cut into groups of
+    `group_size` (clamped to [1, last extent]); numbering runs over the groups, then over the other
+    dimensions in order, then over the tiles of a group. Coordinates past the last dimension's
+    extent (its last group may be short) are skipped. The same order as TileLang's T.Persistent.
+
+    Traced as a `T.grid` over `domain` (so the body sees one variable per dimension) and rewritten
+    by `lower_persistent_loops` right after parsing into the loop over waves.
+    """
+
+    def __new__(cls, domain, wave_size, index, group_size=8):
+        domain = list(domain) if isinstance(domain, (list, tuple)) else [domain]
+        if not domain:
+            raise UserError("T.Persistent: `domain` needs at least one extent")
+        frame = _tb.grid(*domain)
+        persistent_loops[frame.vars[0]] = (list(frame.vars), domain, wave_size, index, group_size)
+        return frame
+
+
+def lower_persistent_loops(body, persistent: dict):
+    """Replace each traced T.Persistent grid nest by its loop over waves (see `Persistent`):
+
+    for w in range(ceildiv(padded tiles, wave_size)):
+        t = w * wave_size + index;  v_0, ..., v_n-1 = coordinates of tile t
+        if v_n-1 < last extent: body
+    """
+    if not persistent:
+        return body
+    import tvm_ffi
+    from tvm import tirx
+
+    def on_for(loop):
+        entry = persistent.get(loop.loop_var)
+        if entry is None:
+            return loop
+        vars_, domain, wave_size, index, group_size = entry
+        inner = loop
+        for _ in vars_:  # the grid's nest, one loop per variable, directly inside each other
+            assert isinstance(inner, tirx.For), "a T.Persistent nest"
+            inner = inner.body
+        dt = "int32"
+        ext = [tirx.const(d, dt) if isinstance(d, int) else d for d in domain]
+        last = ext[-1]
+        g = tirx.const(group_size, dt) if isinstance(group_size, int) else group_size
+        g = tirx.max(tirx.const(1, dt), tirx.min(g, last))
+        grouped = [tirx.ceildiv(last, g), *ext[:-1], g]  # numbering order, last fastest
+        padded = grouped[0]
+        for e in grouped[1:]:
+            padded = padded * e
+        waves = tirx.ceildiv(padded, wave_size)
+        w = tirx.Var("w", dt)
+        rest = w * wave_size + index
+        digits = [None] * len(grouped)
+        for k in range(len(grouped) - 1, 0, -1):
+            digits[k] = tirx.truncmod(rest, grouped[k])
+            rest = tirx.truncdiv(rest, grouped[k])
+        digits[0] = rest
+        coords = [*digits[1:-1], digits[0] * g + digits[-1]]
+        binds = [tirx.Bind(v, c) for v, c in zip(vars_, coords)]
+        guarded = tirx.IfThenElse(vars_[-1] < last, inner, None)
+        return tirx.For(w, 0, waves, tirx.ForKind.SERIAL, tirx.SeqStmt([*binds, guarded]), span=loop.span)
+
+    return tvm_ffi.structural_map(body, [(tirx.For, on_for)], order="post")

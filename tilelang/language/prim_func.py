@@ -45,6 +45,7 @@ def finish_parse(parse, where: str):
     """Run `parse` (TVM's parser on one kernel, returning its PrimFunc) and give the two constructs of
     the module doc TileLang's meaning; `where` locates the kernel in errors about its symbols."""
     loops.parallel_loop_vars.clear()
+    loops.persistent_loops.clear()
     annotations_mod.annotated_layouts.clear()
     try:
         try:
@@ -53,12 +54,15 @@ def finish_parse(parse, where: str):
             # TVM's excepthook prints only a hint for its DiagnosticError, not the message.
             raise UserError(symbolics.explain_undefined(str(err).strip())) from None
         parallel = dict(loops.parallel_loop_vars)
+        persistent = dict(loops.persistent_loops)
         layouts = dict(annotations_mod.annotated_layouts)
     finally:
         loops.parallel_loop_vars.clear()
+        loops.persistent_loops.clear()
         annotations_mod.annotated_layouts.clear()
     symbolics.check_symbols(parsed, where)
-    body = mark_parallel_loops(parsed.body, parallel)
+    body = loops.lower_persistent_loops(parsed.body, persistent)
+    body = mark_parallel_loops(body, parallel)
     body = bind_single_store_scalars(body)
     parsed = parsed.with_body(body)
     if layouts:
