@@ -144,3 +144,14 @@ SETMAXNREG_DEC = _define("setmaxnreg_dec", "registers")
 SETMAXNREGS = (SETMAXNREG_INC, SETMAXNREG_DEC)
 # `bar.sync id, threads`: a barrier over `threads` threads (ids: transform/barrier_ids.py).
 NAMED_BARRIER_SYNC = _define("named_barrier_sync", "id threads")
+
+# ---- per-warp tensor-core instructions of hand-written kernels (tilelang/cuda/intrinsics; warp_mma.h) ----
+
+# ldmatrix of `num` 8x8 matrices of 16-bit words (transposed with `trans`); arguments: the thread's
+# destination elements (a pointer), and the shared element this lane's row starts at, passed as a
+# load of it (the template takes its address): barrier insertion then sees the read of shared memory,
+# and a tile's layout re-indexes it like any other access.
+LDMATRIX = _define("ldmatrix", "num trans", "trans")
+# One mma.sync m16n8k<k> on a thread's registers, the element types picking the instruction;
+# arguments: A, B and C element pointers.
+MMA_SYNC = _define("mma_sync", "k")

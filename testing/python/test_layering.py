@@ -23,7 +23,7 @@ LAYERS = [
     ["jit", "cache"],  # compiled kernels and their disk cache
     ["autotuner"],  # tuning jit kernels
     # The public package surface and user tools on top of everything.
-    ["(top)", "testing", "tools", "contrib", "carver", "math", "tvm"],
+    ["(top)", "testing", "tools", "contrib", "carver", "math", "tvm", "cuda"],
 ]
 # Public-compatibility modules that re-export from higher layers by design (a user imports them by
 # their public TileLang names): they sit at the top whatever their folder.

@@ -38,6 +38,8 @@ _HEADERS = [
     ("tl::atomic_", "atomic.h"),
     ("tl::gemm_", "gemm_mma.h"),
     ("tl::wgmma_", "gemm_wgmma.h"),
+    ("tl::ldmatrix", "warp_mma.h"),
+    ("tl::mma_sync", "warp_mma.h"),
     ("tl::cp_async", "copy_async.h"),
     ("tl::mbarrier_", "tma.h"),
     ("tl::setmaxnreg_", "tma.h"),
