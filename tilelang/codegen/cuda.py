@@ -43,6 +43,7 @@ _HEADERS = [
     ("tl::cp_async", "copy_async.h"),
     ("tl::mbarrier_", "tma.h"),
     ("tl::setmaxnreg_", "tma.h"),
+    ("tl::sync_grid", "grid.h"),
 ]
 
 
@@ -160,10 +161,13 @@ def host_source(lowered, device_src: str) -> str:
     code = code.replace("cuGetErrorString(", "tl_host::driver_error_string(")
     code = workspace.bind(code) if has_workspaces else code
     lines = ['#include "tl_templates/host/launch.h"']
+    bodies = kernel_bodies(device_src)
     for name, types in kernel_signatures(device_src).items():
         sig = f"tl_host::Kernel<void({', '.join(types)})>"
         lines.append(f'static const {sig}& tl_kernel_{name}() {{ static const {sig} k("{name}"); return k; }}')
-        code = code.replace(f"tvm_cuda_host_launch(::{name},", f"tl_kernel_{name}().launch(")
+        # A kernel with a grid barrier (T.sync_grid) needs every block resident: a cooperative launch.
+        launch = "launch_cooperative" if "tl::sync_grid(" in bodies.get(name, "") else "launch"
+        code = code.replace(f"tvm_cuda_host_launch(::{name},", f"tl_kernel_{name}().{launch}(")
         code = code.replace(f"cudaFuncSetAttribute(::{name},", f"tl_kernel_{name}().set_attribute(")
         if re.search(rf"::{name}\b", code):
             raise RuntimeError(f"the host launcher uses kernel {name} in a way tilelang does not bind")

@@ -286,6 +286,21 @@ def sync_threads(barrier_id: int | None = None, arrive_count: int | None = None)
     return intrinsics.NAMED_BARRIER_SYNC.call({"id": barrier_id, "threads": arrive_count})
 
 
+def sync_grid():
+    """A barrier over every thread of every block of the launch: no thread goes on until all have
+    arrived (`cooperative_groups::this_grid().sync()`). A kernel that calls it is launched
+    cooperatively, which needs every block resident at once: launch at most as many blocks as the
+    GPU holds together (a persistent kernel, `T.Kernel(sm_count)`); a larger grid fails to launch
+    with cudaErrorCooperativeLaunchTooLarge.
+
+    Example:
+        ...  # each block writes its partial results to global memory
+        T.sync_grid()
+        ...  # each block reads the others' partial results
+    """
+    return _extern("tl::sync_grid")
+
+
 def parallel(start, stop=None, *, annotations=None):
     """A one-variable parallel loop, TVM's spelling: `for i in T.parallel(n)` is
     `for i in T.Parallel(n)` (its iterations are spread over the block's threads)."""
@@ -310,6 +325,7 @@ __all__ = [
     "ptx_wait_group",
     "shift_left",
     "shift_right",
+    "sync_grid",
     "sync_threads",
     "tvm_thread_allreduce",
     "tvm_warp_shuffle",

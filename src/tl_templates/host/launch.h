@@ -109,6 +109,19 @@ class Kernel<void(Params...)> {
     return err;
   }
 
+  // A cooperative launch (the kernel calls tl::sync_grid): all blocks resident at once, the grid
+  // barrier's workspace provided by the driver. Through the runtime, which takes the attribute.
+  template <typename... Args>
+  cudaError_t launch_cooperative(const cudaLaunchConfig_t* config, Args... args) const {
+    cudaLaunchAttribute cooperative[1];
+    cooperative[0].id = cudaLaunchAttributeCooperative;
+    cooperative[0].val.cooperative = 1;
+    cudaLaunchConfig_t with = *config;
+    with.attrs = cooperative;
+    with.numAttrs = 1;
+    return launch(&with, args...);
+  }
+
   template <typename... Args>
   cudaError_t launch(const cudaLaunchConfig_t* config, Args... args) const {
     static_assert(sizeof...(Args) == sizeof...(Params), "kernel argument count mismatch");
