@@ -19,6 +19,7 @@ from tvm import s_tir, tirx
 from tilelang.errors import CompilerError, UserError
 from tilelang.options import CompileOptions
 from tilelang.transform.align_shared_tiles import align_shared_tiles
+from tilelang.transform.apply_global_layouts import apply_global_layouts
 from tilelang.transform.check_descriptor_alignment import check_descriptor_alignment
 from tilelang.transform.check_hopper_primitives import check_hopper_primitives
 from tilelang.transform.check_register_budget import check_register_budget
@@ -90,6 +91,9 @@ def _tile_passes(options: CompileOptions, target):
         # Global accesses past the tensor's edge get guards while indices are still logical,
         # so the vector plan below can check that each guard is uniform per vector.
         ("legalize_safe_memory_access", legalize_safe_memory_access),
+        # Global tensors with a layout (T.annotate_layout) are indexed through it: after the guards,
+        # which compare logical indices; before the vector plan, which must see physical offsets.
+        ("apply_global_layouts", apply_global_layouts),
         # Loop and fragment layouts: which thread runs which iteration, vector width per loop.
         ("infer_layout", opt(infer_layout)),
         # Parallel loops and tile ops become per-thread code; fragments become register arrays,

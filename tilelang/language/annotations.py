@@ -8,6 +8,8 @@ remapping of the block indices.
 
 from __future__ import annotations
 
+import math
+
 from tvm import tirx
 
 from tilelang.errors import UserError
@@ -30,6 +32,11 @@ def annotate_layout(layout_map: dict):
     for buffer, layout in layout_map.items():
         if callable(layout) and not isinstance(layout, (Layout, Fragment)):
             layout = layout(buffer)
+        if not all(isinstance(s, tirx.IntImm) for s in buffer.shape):
+            raise UserError(
+                f"T.annotate_layout: '{buffer.name}' has a dynamic shape {list(buffer.shape)}; a layout is "
+                f"for a buffer of constant shape"
+            )
         shape = tuple(int(s) for s in buffer.shape)
         if not isinstance(layout, (Layout, Fragment)):
             raise UserError(
@@ -49,8 +56,27 @@ def annotate_layout(layout_map: dict):
                 f"T.annotate_layout: '{buffer.name}' is in {buffer.scope()} memory and needs a "
                 f"{'Fragment' if is_fragment else 'Layout'}, got a {type(layout).__name__}"
             )
+        if buffer.scope() == "global":
+            _check_global_layout(buffer, layout)
         annotated_layouts[buffer] = layout
     return None  # nothing to emit: prim_func stores the layouts as a function attribute
+
+
+def _check_global_layout(buffer, layout) -> None:
+    """A global tensor's memory holds its layout's output space (`apply_global_layouts`): it must
+    fit in the tensor, and be addressed with 32-bit offsets."""
+    elements = math.prod(int(s) for s in buffer.shape)
+    if layout.physical_size > elements:
+        raise UserError(
+            f"T.annotate_layout: the layout of global tensor '{buffer.name}' places its elements over "
+            f"{layout.physical_size} positions, but the tensor has {elements} elements; the layout's "
+            f"outputs must cover exactly the tensor's memory"
+        )
+    if layout.physical_size >= 2**31:
+        raise UserError(
+            f"T.annotate_layout: global tensor '{buffer.name}' has {elements} elements; a layout on a "
+            f"global tensor is supported up to 2**31 - 1 elements"
+        )
 
 
 def Fragment(shape, forward_thread_fn=None, forward_index_fn=None, replicate=1, forward_fn=None):  # noqa: N802

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from tvm import sym, tirx
+from tvm import ir, sym, tirx
 
 from tilelang.errors import UserError
 
@@ -41,19 +41,39 @@ def Layout(shape, forward_fn):  # noqa: N802  (TileLang's name)
     out = forward_fn(*vars_)
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     outs = [tirx.const(o, "int32") if isinstance(o, int) else o for o in outs]
-    points = dict(zip(vars_, grid(dims)))
-    try:
-        values = [evaluate(o, points) for o in outs]
-    except NotEvaluable as err:
-        raise UserError(f"T.Layout: the layout function must be integer index arithmetic ({err})") from None
-    if any(v.min() < 0 for v in values):
-        raise UserError(f"T.Layout: the layout function gives a negative index over shape {list(dims)}")
-    extents = [int(v.max()) + 1 for v in values]
+    extents = _affine_extents(vars_, dims, outs)  # (a global tensor's layout: millions of elements)
+    proven = extents is not None  # a bijection, by TVM's iterator analysis
+    if not proven:
+        points = dict(zip(vars_, grid(dims)))
+        try:
+            values = [evaluate(o, points) for o in outs]
+        except NotEvaluable as err:
+            raise UserError(f"T.Layout: the layout function must be integer index arithmetic ({err})") from None
+        if any(v.min() < 0 for v in values):
+            raise UserError(f"T.Layout: the layout function gives a negative index over shape {list(dims)}")
+        extents = [int(v.max()) + 1 for v in values]
     flat = tirx.const(0, "int32")
     for o, n in zip(outs, extents):
         flat = flat * n + o
     result = layout_mod.Layout(dims, vars_, sym.Analyzer().simplify(flat), math.prod(extents), "T.Layout")
-    if not result.is_bijective():
+    if not proven and not result.is_bijective():
         raise UserError(f"T.Layout: two elements of shape {list(dims)} map to the same position")
     result.output_shape = tuple(extents)
     return result
+
+
+def _affine_extents(vars_, dims, outs):
+    """The output extents when the outputs are splits and fusions of the inputs that TVM's iterator
+    analysis proves a bijection onto their range (each output from 0), else None: evaluating the
+    outputs at every point, the other way, takes seconds for a tensor of millions of elements."""
+    domain = {v: ir.Range.from_min_extent(0, n) for v, n in zip(vars_, dims)}
+    if not sym.detect_iter_map(outs, domain, check_level="bijective").indices:
+        return None
+    ana = sym.Analyzer()
+    for v, n in zip(vars_, dims):
+        ana.bind(v, ir.Range.from_min_extent(0, n))
+    bounds = [ana.const_int_bound(o) for o in outs]
+    if any(b.min_value != 0 for b in bounds):
+        return None
+    extents = [int(b.max_value) + 1 for b in bounds]
+    return extents if math.prod(extents) == math.prod(dims) else None

@@ -36,7 +36,11 @@ class Layout:
 
     def is_bijective(self) -> bool:
         offsets = evaluate(self.forward, dict(zip(self.vars, grid(self.shape)))).reshape(-1)
-        return len(np.unique(offsets)) == offsets.size and offsets.min() >= 0 and offsets.max() < self.physical_size
+        if offsets.min() < 0 or offsets.max() >= self.physical_size:
+            return False
+        hit = np.zeros(self.physical_size, dtype=bool)  # (a bitmap: np.unique sorts, ~10x slower)
+        hit[offsets] = True
+        return int(np.count_nonzero(hit)) == offsets.size
 
     def compose(self, inner: Layout) -> Layout:
         """The layout `x -> self(inner(x))`: `inner` maps this layout's logical space (flattened,

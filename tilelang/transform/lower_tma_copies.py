@@ -25,6 +25,7 @@ from tilelang.layout.fragment import substitute
 from tilelang.op import base, tma
 from tilelang.op import copy as copy_op
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
+from tilelang.transform.apply_global_layouts import laid_out_global
 from tilelang.transform.common import Scope, allocate_at_kernel_top, is_innermost_thread_extent, mutate_with_scope
 from tilelang.transform.pipelining import checks
 from tilelang.transform.pipelining.consumer_loop import barrier
@@ -57,6 +58,8 @@ def lower_tma_copies(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTI
         tile = tma.tile_of(src, dst)
         tx, threads = scope.threads.get("threadIdx.x", (None, 0))
         if isinstance(tile, str) or tx is None or {"threadIdx.y", "threadIdx.z"} & set(scope.threads):
+            return stmt
+        if laid_out_global(src.buffer, func):  # a TMA box reads the tensor as stored, not through its layout
             return stmt
         kernel = checks.Kernel(func, target, tx, int(threads), only_x=True, specialized=[], options=options)
         if tma.box_plan(tile, checks.predicted_layout(dst.buffer, kernel)) is None:

@@ -14,6 +14,7 @@ from tilelang.op import base, tma
 from tilelang.op import copy as copy_op
 from tilelang.op import gemm as gemm_op
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
+from tilelang.transform.apply_global_layouts import laid_out_global
 from tilelang.transform.common import collect, walk
 from tilelang.transform.infer_layout import ANNOTATED_LAYOUTS
 from tilelang.utils.ir import const_int
@@ -72,6 +73,8 @@ def why_not(producers, kernel: Kernel) -> str | None:
         tile = tma.tile_of(src, dst)
         if isinstance(tile, str):
             return f"T.copy into '{dst.name}': {tile}"
+        if laid_out_global(src.buffer, kernel.func):
+            return f"T.copy from '{src.name}': the global tensor has a layout (T.annotate_layout)"
         if tma.box_plan(tile, predicted_layout(dst.buffer, kernel)) is None:
             return f"T.copy into '{dst.name}': its shared layout is not one the TMA unit writes"
     return None
