@@ -9,6 +9,11 @@ Every later reader takes the plan from the call: the pipeline planner (which gem
 asynchronously, the layouts TMA writes), layout inference (registers and operand swizzles),
 lowering (the template called) and the descriptor alignment check.
 
+A shared tile is stored in one layout, so every gemm reading it must read it in the same one: a
+tile read by a wgmma (in its panel layout) and by an mma.sync (in the template's swizzle), as in an
+attention backward whose dQ gemm has too few rows for wgmma, makes the wgmma gemms reading that tile
+mma.sync as well (and so on, until the gemms agree on every tile).
+
 Requires: the user's kernel as traced (thread counts as the user wrote them: warp specialization
 adds its producer threads only after lowering). Guarantees: every tl.gemm carries a plan; a UserError
 at the gemm for dtypes the target cannot multiply, a K the instruction does not divide, or warps
@@ -17,23 +22,72 @@ that cannot tile C.
 
 from __future__ import annotations
 
+import logging
+
+import numpy as np
 from tvm import tirx
 
+from tilelang.layout import layout as sl
 from tilelang.op import gemm as gemm_op
-from tilelang.op.gemm import selection
+from tilelang.op.gemm import selection, wgmma
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform.common import Scope, mutate_with_scope
+
+logger = logging.getLogger("tilelang")
 
 
 def select_gemm_instructions(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
     target = func.attrs.get("target") if func.attrs is not None else None
+    mma_only = set()  # indices (in visiting order) of the gemms that must not use wgmma
+    while True:
+        out, gemms = _select(func, target, options, mma_only)
+        conflicts = _gemms_disagreeing(gemms) - mma_only
+        if not conflicts:
+            return out
+        mma_only |= conflicts
+
+
+def _select(func, target, options, mma_only):
+    """`func` with every gemm's plan recorded, and the parsed gemms in visiting order."""
     scope = Scope()
+    gemms = []
+    no_wgmma = options.replace(disable_wgmma=True)
 
     def on_eval(stmt, recurse):
         if not gemm_op.is_gemm(stmt):
             return stmt
         g = gemm_op.Gemm(stmt.value)
-        plan = selection.select(g, target, scope.thread_var()[1], options, stmt.span)
-        return tirx.Evaluate(selection.record(stmt.value, plan), span=stmt.span)
+        chosen = no_wgmma if len(gemms) in mma_only else options
+        plan = selection.select(g, target, scope.thread_var()[1], chosen, stmt.span)
+        call = selection.record(stmt.value, plan)
+        gemms.append(gemm_op.Gemm(call))
+        return tirx.Evaluate(call, span=stmt.span)
 
-    return func.with_body(mutate_with_scope(func.body, scope, {tirx.Evaluate: on_eval}))
+    return func.with_body(mutate_with_scope(func.body, scope, {tirx.Evaluate: on_eval})), gemms
+
+
+def _gemms_disagreeing(gemms) -> set:
+    """Indices of the wgmma gemms reading a shared tile that another gemm reads in another layout."""
+    readers = {}  # shared tile -> [(gemm index, layout)]
+    for k, g in enumerate(gemms):
+        layouts = gemm_op.shared_layouts(g)
+        for region in (g.a, g.b):
+            if region.buffer.scope() != "local.fragment":  # (an operand the template reads unswizzled: row-major)
+                layout = layouts.get(region.buffer) or sl.linear(tuple(int(n) for n in region.buffer.shape))
+                readers.setdefault(region.buffer, []).append((k, layout))
+    out = set()
+    for buffer, uses in readers.items():
+        if any(not _same(uses[0][1], layout) for _, layout in uses[1:]):
+            for k, _ in uses:
+                if isinstance(gemms[k].plan, wgmma.Plan):
+                    logger.debug(
+                        "%s: mma.sync, not wgmma: shared tile '%s' is read by another gemm in another layout",
+                        gemms[k].describe(),
+                        buffer.name,
+                    )
+                    out.add(k)
+    return out
+
+
+def _same(a, b) -> bool:
+    return tuple(a.shape) == tuple(b.shape) and np.array_equal(a.inverse_table(), b.inverse_table())

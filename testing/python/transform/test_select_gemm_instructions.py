@@ -6,6 +6,7 @@ import tvm_ffi
 from ir_testing import assert_ir_equal
 from tvm import tirx
 
+import tilelang
 import tilelang.language as T
 from tilelang.errors import UserError
 from tilelang.op import gemm as gemm_op
@@ -81,3 +82,50 @@ def test_selecting_again_replaces_the_record():
 def test_dtypes_the_target_cannot_multiply_are_an_error_at_the_gemm():
     with pytest.raises(UserError, match=r"(?s)no tensor-core instruction on sm_80 .*float8_e4m3fn.*T.gemm\(A_s"):
         select_gemm_instructions(_on(_gemm_kernel(dtype="float8_e4m3fn"), "sm_80"))
+
+
+def _tile_read_by_two_gemms(rows_dq=32):
+    """K_s is read by a 128-row gemm (wgmma on sm_90a) and by a gemm of `rows_dq` rows, which with
+    32 rows has too few for wgmma (mma.sync): an attention backward's S = K Q^T and dQ = dS^T K."""
+
+    @T.prim_func
+    def main(
+        K: T.Tensor((128, 128), "float16"),
+        Q: T.Tensor((rows_dq, 128), "float16"),
+        dS: T.Tensor((128, rows_dq), "float16"),
+        S: T.Tensor((128, rows_dq), "float32"),
+        dQ: T.Tensor((rows_dq, 128), "float32"),
+    ):
+        with T.Kernel(1, threads=256):
+            K_s = T.alloc_shared((128, 128), "float16")
+            Q_s = T.alloc_shared((rows_dq, 128), "float16")
+            dS_s = T.alloc_shared((128, rows_dq), "float16")
+            S_f = T.alloc_fragment((128, rows_dq), "float32")
+            dQ_f = T.alloc_fragment((rows_dq, 128), "float32")
+            T.copy(K, K_s)
+            T.copy(Q, Q_s)
+            T.copy(dS, dS_s)
+            T.gemm(K_s, Q_s, S_f, transpose_B=True, clear_accum=True)
+            T.gemm(dS_s, K_s, dQ_f, transpose_A=True, clear_accum=True)
+            T.copy(S_f, S)
+            T.copy(dQ_f, dQ)
+
+    return main
+
+
+def test_gemms_reading_one_tile_agree_on_its_layout():
+    # Alone, the first gemm would be wgmma (panels) and the second mma.sync (the template's swizzle);
+    # K_s has one layout, so both are mma.sync. With 64 rows both are wgmma and agree.
+    plans = _plans(select_gemm_instructions(_on(_tile_read_by_two_gemms(), "sm_90a")))
+    assert [type(p) for p in plans] == [mma.Plan, mma.Plan]
+    plans = _plans(select_gemm_instructions(_on(_tile_read_by_two_gemms(rows_dq=64), "sm_90a")))
+    assert [type(p) for p in plans] == [wgmma.Plan, wgmma.Plan]
+
+
+def test_a_tile_two_gemms_read_is_loaded_in_the_layout_they_read():
+    # lower_tma_copies plans K_s's load with the layout the gemms read it in, the mma.sync swizzle over
+    # 256-byte rows, which no TMA box writes: an element-wise copy. (Planned with the wgmma panels
+    # while layout inference kept the other gemm's swizzle, it stopped in lower_tile_ops: "its shared
+    # layout is not one the TMA unit writes".) dS_s, read by one gemm only, is still a TMA load.
+    src = tilelang.compile(_tile_read_by_two_gemms(), target="sm_90a").get_kernel_source()
+    assert "tl::tma_load(K_tma" not in src and "tl::tma_load(dS_tma" in src and "wgmma" not in src

@@ -1,0 +1,21 @@
+"""Two gemms reading one shared tile (test_select_gemm_instructions.py's kernel: a 128-row gemm and
+a 32-row one, as an attention backward's S = K Q^T and dQ = dS^T K) compute the right numbers on the
+GPU: they read the tile in the one layout it is stored in."""
+
+import pytest
+import torch
+from test_select_gemm_instructions import _tile_read_by_two_gemms
+
+import tilelang
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("rows_dq", [32, 64])
+def test_two_gemms_reading_one_tile(rows_dq):
+    k = torch.randn(128, 128, device="cuda", dtype=torch.float16)
+    q = torch.randn(rows_dq, 128, device="cuda", dtype=torch.float16)
+    ds = torch.randn(128, rows_dq, device="cuda", dtype=torch.float16)
+    s, dq = tilelang.compile(_tile_read_by_two_gemms(rows_dq), out_idx=[3, 4])(k, q, ds)
+    torch.testing.assert_close(s, k.float() @ q.float().T, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(dq, ds.float().T @ k.float(), rtol=1e-2, atol=1e-2)
