@@ -29,7 +29,8 @@ b64: +3% fp16, +2% bf16).
 
 Barriers (T.alloc_barrier, phases counted per pair j, so waits use parity j % 2; a wait for a
 buffer's previous round uses (j + 1) % 2, which passes at once on a fresh barrier):
-  p_full[s], kv_full[s * 4 + q]    the TMA bytes of the rotary part / part q of stage s arrived;
+  p_full[s], kv_full[s * 4 + q]    the TMA bytes of the rotary part / part q of stage s arrived
+                                   (the copy's issuing thread arrives: emit_arrive);
   p_empty[s], kv_empty[s * 4 + q]  the part's readers are done with it (the producer may refill it);
   ma_ready, pa_ready, a_free   m_a and P_a from warpgroup 0 to 1, and back;
   b_ready, b_free              m_b and P_b from warpgroup 1 to 0, and back;
@@ -44,6 +45,9 @@ from example_mla_decode import ref_program
 
 import tilelang
 import tilelang.language as T
+
+# The one thread that issues a TMA copy also arrives on its barrier (the full barriers count 1).
+ISSUER_ARRIVES = {"emit_arrive": 1}
 
 
 @tilelang.jit(out_idx=[4], pass_configs={tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True})
@@ -274,6 +278,7 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                             K_pe[bid, (2 * j + s) * block_N : (2 * j + s + 1) * block_N, 0, :],
                             K_p[s, :, :],
                             barrier=p_full[s],
+                            annotations=ISSUER_ARRIVES,
                         )
                     for s in T.unroll(2):
                         for q in T.unroll(n_parts):
@@ -282,6 +287,7 @@ def mla_decode_ws(batch, heads, seqlen_kv, dim=512, pe_dim=64, block_N=64, dtype
                                 KV[bid, (2 * j + s) * block_N : (2 * j + s + 1) * block_N, 0, q * W : (q + 1) * W],
                                 K_s[s, q, :, :],
                                 barrier=kv_full[s * n_parts + q],
+                                annotations=ISSUER_ARRIVES,
                             )
 
     return main

@@ -198,7 +198,7 @@ def _box_bytes(kernel):
         stmts = list(seq.seq)
         for j, st in enumerate(stmts):
             expect = device_call(st)
-            if expect is None or expect[0] != "tl::mbarrier_arrive_expect_tx":
+            if expect is None or expect[0] not in ("tl::mbarrier_arrive_expect_tx", "tl::mbarrier_expect_tx"):
                 continue
             loads = []
             for nxt in stmts[j + 1 :]:

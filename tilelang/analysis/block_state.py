@@ -69,6 +69,10 @@ class BlockState:
         state[3] += expect_bytes
         self._settle(bar, state)
 
+    def expect(self, bar, expect_bytes):
+        """Bytes announced on `bar` without an arrival (`mbarrier.expect_tx`)."""
+        self._state(bar)[3] += expect_bytes
+
     def land(self, bar, nbytes, clock=None):
         """A TMA box lands in this block: its bytes complete on `bar` (taken to land at once), and
         with them the clock of the warp that issued the load."""

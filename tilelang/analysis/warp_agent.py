@@ -6,8 +6,9 @@ known (`block_values`), and at each barrier call updates its block's state (`blo
 it must wait, it yields a predicate that is true once it may go on; the scheduler resumes it then.
 
 What each call means:
-- `tl::mbarrier_init` / `_arrive_expect_tx` / `_arrive` (all 32 threads) / `_arrive_warp` /
-  `_arrive_cluster_warp` (also on the peer block) / `_wait(bar, parity)`;
+- `tl::mbarrier_init` / `_arrive_expect_tx` / `_expect_tx` (bytes, no arrival) / `_arrive` (once per
+  lane running it: the lanes of the warp whose thread conditions hold, one under `if tx == 128`) /
+  `_arrive_warp` / `_arrive_cluster_warp` (also on the peer block) / `_wait(bar, parity)`;
 - `tl::tma_load[_multicast]`: the box lands at once, its bytes on the barrier (of both blocks when
   multicast), as a write of the box by the issuing warp;
 - `tl::wgmma_ss<m, n, k, ...>` / `wgmma_rs`: reads of the shared operand tiles;
@@ -42,6 +43,8 @@ def run_warp(stmt, env, block, tx, consumed):
         if stmt.attr_key == "thread_extent":
             iv = stmt.node
             env[iv.var] = tirx.const(tx if iv.thread_tag == "threadIdx.x" else env["block"][iv.thread_tag], "int32")
+            if iv.thread_tag == "threadIdx.x":
+                env["tx_var"] = iv.var
         yield from run_warp(stmt.body, env, block, tx, consumed)
     elif isinstance(stmt, tirx.For):
         lo, extent = value(stmt.min, env), value(stmt.extent, env)
@@ -54,10 +57,12 @@ def run_warp(stmt, env, block, tx, consumed):
         except ProtocolError:
             _skip_data_branch(stmt, env)
             return
-        if taken:
-            yield from run_warp(stmt.then_case, env, block, tx, consumed)
-        elif stmt.else_case is not None:
-            yield from run_warp(stmt.else_case, env, block, tx, consumed)
+        side = stmt.then_case if taken else stmt.else_case
+        if side is not None:
+            outer = env.get("lanes", _ALL_LANES)
+            env["lanes"] = _lanes_taking(stmt.condition, bool(taken), env, tx)
+            yield from run_warp(side, env, block, tx, consumed)
+            env["lanes"] = outer
     elif isinstance(stmt, tirx.Bind):
         try:
             env[stmt.var] = tirx.const(value(stmt.value, env), "int32")
@@ -74,6 +79,37 @@ def run_warp(stmt, env, block, tx, consumed):
             env[register(stmt.buffer, stmt.indices, env)] = value(stmt.value, env)
     elif isinstance(stmt, tirx.Evaluate):
         yield from _call(stmt, env, block, tx, consumed)
+
+
+_ALL_LANES = tuple(range(32))
+
+
+def _lanes_taking(cond, taken, env, tx) -> tuple:
+    """The lanes of the warp (0..31 from `tx`) that run the side of `if cond` lane 0 takes: those
+    running here whose `cond` is `taken` (one lane for `if tx == 128`, all 32 for a condition
+    without the thread index). A barrier arrival counts once per running lane."""
+    active = env.get("lanes", _ALL_LANES)
+    tx_var = env.get("tx_var")
+    uses = env.setdefault("uses_tx", {})
+    if tx_var is None:
+        return active
+    if cond not in uses:
+        found = []
+        tvm_ffi.structural_walk(cond, [(tirx.Var, lambda v: found.append(v.same_as(tx_var)))])
+        uses[cond] = any(found)
+    if not uses[cond]:
+        return active
+    here = env[tx_var]
+    try:
+        out = []
+        for lane in active:
+            env[tx_var] = tirx.const(tx + lane, "int32")
+            if bool(value(cond, env)) == taken:
+                out.append(lane)
+    except ProtocolError:  # a condition on data as well: take lane 0's answer for the warp
+        out = list(active)
+    env[tx_var] = here
+    return tuple(out)
 
 
 def _reads_in(expr, env, block, warp):
@@ -115,11 +151,14 @@ def _call(stmt, env, block, tx, consumed):
         block.mbar[barrier_key(args[0], env)] = [value(args[1], env), 0, 0, 0]
     elif name == "tl::mbarrier_arrive_expect_tx":
         block.arrive(barrier_key(args[0], env), value(args[1], env), tick(block, warp))
-    elif name == "tl::mbarrier_arrive":  # every thread of the warp (T.barrier_arrive)
+    elif name == "tl::mbarrier_expect_tx":  # the bytes only, no arrival (the user's T.tma_copy)
+        running = len(env.get("lanes", _ALL_LANES))
+        block.expect(barrier_key(args[0], env), value(args[1], env) * running)
+    elif name == "tl::mbarrier_arrive":  # every running thread of the warp (T.barrier_arrive)
         bar = barrier_key(args[0], env)
         block.release(tx, bar)
         clock = tick(block, warp)
-        for _ in range(32):
+        for _ in env.get("lanes", _ALL_LANES):
             block.arrive(bar, clock=clock)
     elif name in ("tl::mbarrier_arrive_warp", "tl::mbarrier_arrive_cluster_warp"):
         bar = barrier_key(args[0], env)

@@ -24,6 +24,7 @@ from tilelang.transform.check_descriptor_alignment import check_descriptor_align
 from tilelang.transform.check_hopper_primitives import check_hopper_primitives
 from tilelang.transform.check_register_budget import check_register_budget
 from tilelang.transform.check_shared_memory import SharedMemoryOverLimit, check_shared_memory, user_shared_tiles
+from tilelang.transform.collect_register_hints import collect_register_hints
 from tilelang.transform.common import collect
 from tilelang.transform.consumer_barriers import consumer_barriers
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
@@ -58,6 +59,9 @@ def _tile_passes(options: CompileOptions, target):
     return [
         # The hand-written warp-specialization primitives off sm_90a: an error before anything else.
         *([] if hopper else [("check_hopper_primitives", check_hopper_primitives)]),
+        # Register hints (T.annotate_*_reg_*, T.no_set_max_nreg) are for the whole kernel: out of
+        # the body before any pass moves code around them, kept for set_register_budgets.
+        ("collect_register_hints", collect_register_hints),
         # The warpgroups' T.set_max_nreg counts against the registers the block has, while the
         # thread branches they sit in are as the user wrote them.
         ("check_register_budget", check_register_budget),

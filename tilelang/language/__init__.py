@@ -72,13 +72,20 @@ from tilelang.language.annotations import Fragment, annotate_layout, use_swizzle
 from tilelang.language.eager import const, empty  # noqa: F401
 from tilelang.language.barriers import (  # noqa: F401
     alloc_barrier,
+    annotate_consumer_reg_alloc,
+    annotate_producer_reg_dealloc,
     barrier_arrive,
     barrier_wait,
     cp_async_barrier_noinc,
+    dec_max_nreg,
+    disable_warp_group_reg_alloc,
     fence_proxy_async,
+    inc_max_nreg,
     mbarrier_arrive,
     mbarrier_arrive_expect_tx,
+    mbarrier_expect_tx,
     mbarrier_wait_parity,
+    no_set_max_nreg,
     set_max_nreg,
     tma_copy,
 )

@@ -1,9 +1,9 @@
 """Hand-written warp specialization (Hopper): mbarriers, TMA copies that complete on them, register
-budgets. With these and thread branches (`if tx < 128:` ... `else:`), a kernel gives its
-warpgroups roles of its own design, as FlashMLA does; `T.Pipelined` builds the common
+budgets. With these and thread branches (`if tx < 128:` ... `else:`, or `with T.ws(k):`), a kernel
+gives its warpgroups roles of its own design, as FlashMLA does; `T.Pipelined` builds the common
 producer/consumer schedule by itself.
 
-    bar_full = T.alloc_barrier(1)                  # one arrival: the TMA copy's expect-tx
+    bar_full = T.alloc_barrier(128)                # the producer's 128 threads arrive
     bar_free = T.alloc_barrier(128)                # every consumer thread arrives
     tx = T.get_thread_binding()
     if tx < 128:                                   # consumers
@@ -14,7 +14,8 @@ producer/consumer schedule by itself.
     else:                                          # producer
         for k in T.serial(n):
             T.barrier_wait(bar_free, (k + 1) % 2)  # (passes at once for k = 0)
-            T.tma_copy(A[...], A_shared, barrier=bar_full)
+            T.tma_copy(A[...], A_shared, barrier=bar_full)   # one thread: expect-tx and the load
+            T.barrier_arrive(bar_full)             # every producer thread arrives once
 
 A barrier's phase flips each time its arrivals reach the count (and a TMA copy's bytes have all
 landed); `T.barrier_wait(bar, p)` returns once the phase with parity p has completed.
@@ -22,13 +23,16 @@ landed); `T.barrier_wait(bar, p)` returns once the phase with parity p has compl
 
 from __future__ import annotations
 
+import tvm
 from tvm import ir, tirx
 from tvm.script.ir_builder import tirx as _tb
 
 from tilelang import intrinsics
 from tilelang.errors import UserError
 from tilelang.language.kernel import get_thread_binding
+from tilelang.log import hint_once
 from tilelang.op import base, tma
+from tilelang.op import copy as copy_op
 
 
 def _extern(name, *args):
@@ -147,21 +151,80 @@ def _ptx():
     return PTXNamespace()
 
 
-def tma_copy(src, dst, barrier):
-    """Copy a global tile into a shared tile with the TMA unit (sm_90a), issued by the first thread
-    of the threads running it; the tile's bytes complete on `barrier`, which counts the copy as
-    one arrival. Wait for it with `T.barrier_wait`.
+def mbarrier_expect_tx(mbarrier, tx):
+    """Announce `tx` bytes of asynchronous transactions (TMA copies completing on `mbarrier`) that
+    the barrier's current phase also waits for, without arriving. Every thread running it
+    announces: put it under a one-thread condition (T.tma_copy does this itself).
 
-    Example: T.tma_copy(K[bz, k * 64:(k + 1) * 64, by, :], K_shared, barrier=k_full)
+    Example:
+        if tx == 0:
+            T.mbarrier_expect_tx(bar, 64 * 64 * 2)
     """
-    _check_barrier(barrier, "T.tma_copy")
+    _check_barrier(mbarrier, "T.mbarrier_expect_tx")
+    return _extern("tl::mbarrier_expect_tx", _address(mbarrier), tirx.Cast("uint32", tx))
+
+
+_TMA_COPY_ANNOTATIONS = ("barrier", "leader_scope_threads", "eviction_policy", "emit_arrive")
+
+
+def tma_copy(src, dst, *, barrier=None, leader_scope_threads=None, eviction_policy=None, annotations=None):
+    """Copy a global tile into a shared tile with the TMA unit (sm_90a), synchronized by the user,
+    as in the public TileLang: one thread of the threads running it announces the tile's bytes on
+    `barrier` (expect-tx, no arrival) and issues the load; it does not wait. The barrier's phase
+    completes once its arrive count is reached, by the threads' own `T.barrier_arrive` (or
+    `T.mbarrier_arrive`), and the bytes have landed: wait for it with `T.barrier_wait`.
+
+    Args:
+        src: the global tile (a slice, or a start element with the extent from `dst`).
+        dst: the shared tile.
+        barrier: the mbarrier the bytes complete on (`bar` or `bars[i]` of T.alloc_barrier).
+        leader_scope_threads: a multiple of 32: one thread of every group of that many threads
+            issues the copy (each group's copy announces and loads the tile); default, the
+            threads running it (one issuing thread).
+        eviction_policy: "evict_normal", "evict_first" or "evict_last": an L2 cache hint,
+            accepted and not applied (logged once at INFO), as for T.copy.
+        annotations: the same keywords as a dict, and "emit_arrive": 1 to have the issuing thread
+            also arrive once after its loads; its values take precedence.
+
+    Errors:
+        UserError without a barrier, for a copy that is not global to shared (a TMA store: use
+        T.copy), or for a tile the TMA unit cannot copy (the reason is named).
+
+    Example:
+        T.barrier_wait(k_empty, (k + 1) % 2)
+        T.tma_copy(K[bz, k * 64:(k + 1) * 64, by, :], K_shared, barrier=k_full)
+        T.barrier_arrive(k_full)               # k_full = T.alloc_barrier(128): the 128 threads
+    """
+    given = {"barrier": barrier, "leader_scope_threads": leader_scope_threads, "eviction_policy": eviction_policy}
+    given["emit_arrive"] = 0
+    for key, val in (annotations or {}).items():
+        if key not in _TMA_COPY_ANNOTATIONS:
+            raise UserError(f"T.tma_copy: unknown annotation '{key}'; it takes {_TMA_COPY_ANNOTATIONS}")
+        given[key] = val
     s, d = base.to_region_pair(src, dst, "T.tma_copy")
+    if s.buffer.scope().startswith("shared") and d.buffer.scope() == "global":
+        raise UserError(
+            f"T.tma_copy from shared to global memory (a TMA store, {s.describe()} into {d.describe()}) is not "
+            "supported by tilelang; use T.copy, which stores the tile and waits for it"
+        )
     if s.buffer.scope() != "global" or not d.buffer.scope().startswith("shared"):
         raise UserError(f"T.tma_copy copies a global tile into shared memory, not {s.describe()} into {d.describe()}")
+    if given["barrier"] is None:
+        raise UserError("T.tma_copy into shared memory needs barrier=, the mbarrier the tile's bytes complete on")
+    _check_barrier(given["barrier"], "T.tma_copy")
+    scope = given["leader_scope_threads"]
+    if scope is not None and (not isinstance(scope, int) or scope <= 0 or scope % 32):
+        raise UserError(f"T.tma_copy: leader_scope_threads must be a positive multiple of 32 (a warp), got {scope!r}")
+    policy = given["eviction_policy"]
+    if policy is not None:
+        if policy not in copy_op.EVICTION_POLICIES:
+            raise UserError(f"T.tma_copy: eviction_policy must be one of {copy_op.EVICTION_POLICIES}, got {policy!r}")
+        hint_once("tma_copy.eviction_policy", f"T.tma_copy(eviction_policy={policy!r}): a cache hint not applied")
     tile = tma.tile_of(s, d)
     if isinstance(tile, str):
         raise UserError(f"T.tma_copy of {s.describe()} into {d.describe()}: {tile}")
-    return tma.make(s, d, _address(barrier), one_thread=True).value
+    emit_arrive = bool(given["emit_arrive"])
+    return tma.make_user(s, d, _address(given["barrier"]), scope or 0, emit_arrive).value
 
 
 def set_max_nreg(reg_count: int, is_inc: int):
@@ -175,3 +238,75 @@ def set_max_nreg(reg_count: int, is_inc: int):
     if not isinstance(reg_count, int) or reg_count % 8 or not 24 <= reg_count <= 256:
         raise UserError(f"T.set_max_nreg: reg_count must be a multiple of 8 in [24, 256], got {reg_count!r}")
     return (intrinsics.SETMAXNREG_INC if is_inc else intrinsics.SETMAXNREG_DEC).call({"registers": reg_count})
+
+
+def inc_max_nreg(reg_count: int):
+    """`T.set_max_nreg(reg_count, 1)`: this warpgroup's registers per thread rise to `reg_count`.
+
+    Example: T.inc_max_nreg(240)
+    """
+    return set_max_nreg(reg_count, 1)
+
+
+def dec_max_nreg(reg_count: int):
+    """`T.set_max_nreg(reg_count, 0)`: this warpgroup gives registers back, down to `reg_count`.
+
+    Example: T.dec_max_nreg(24)
+    """
+    return set_max_nreg(reg_count, 0)
+
+
+# Register hints for the warp specialization tilelang builds from a T.Pipelined loop (sm_90a): a
+# statement `tl.register_hint(role, registers)` that `collect_register_hints` takes out of the
+# kernel before any other pass and `set_register_budgets` applies. Roles:
+REGISTER_HINT = "tl.register_hint"
+HINT_PRODUCER, HINT_CONSUMER, HINT_NONE = 0, 1, 2
+tvm.ir.register_op_attr(REGISTER_HINT, "TCallEffectKind", tirx.CallEffectKind.Opaque.value)
+
+
+def _register_hint(what: str, role: int, reg_count: int):
+    if role != HINT_NONE and (not isinstance(reg_count, int) or reg_count % 8 or not 24 <= reg_count <= 240):
+        raise UserError(f"{what}: reg_count must be a multiple of 8 in [24, 240], got {reg_count!r}")
+    args = [tirx.const(role, "int32"), tirx.const(reg_count, "int32")]
+    return ir.Call(ir.Op.get(REGISTER_HINT), args, ret_ty="void")
+
+
+def annotate_producer_reg_dealloc(reg_count: int = 24):
+    """The registers per thread the producer warpgroup keeps (`setmaxnreg.dec`) in the warp
+    specialization tilelang builds for a T.Pipelined loop on sm_90a, instead of its own choice
+    (40, or 24 beside three consumer warpgroups). A hint for the whole kernel, wherever it is
+    written; a kernel without that warp specialization (roles written by hand) is unchanged, as
+    in the public TileLang: there, T.set_max_nreg sets a role's registers.
+
+    Errors: UserError for a count that is not a multiple of 8 in [24, 240], or (at compilation)
+    counts that do not fit in what the block is launched with.
+
+    Example: T.annotate_producer_reg_dealloc(24)
+    """
+    return _register_hint("T.annotate_producer_reg_dealloc", HINT_PRODUCER, reg_count)
+
+
+def annotate_consumer_reg_alloc(reg_count: int = 240):
+    """The registers per thread each consumer warpgroup takes (`setmaxnreg.inc`) in the warp
+    specialization tilelang builds for a T.Pipelined loop on sm_90a, instead of its own choice
+    (the register file's share left by the producer, at most 240). A hint like
+    T.annotate_producer_reg_dealloc, with the same errors.
+
+    Example: T.annotate_consumer_reg_alloc(232)
+    """
+    return _register_hint("T.annotate_consumer_reg_alloc", HINT_CONSUMER, reg_count)
+
+
+def no_set_max_nreg():
+    """The warp specialization tilelang builds for a T.Pipelined loop (sm_90a) moves no registers
+    between its warpgroups: no `setmaxnreg`, every thread keeps the count ptxas launches the
+    kernel with. A hint for the whole kernel; T.set_max_nreg calls written by hand stay.
+
+    Example: T.no_set_max_nreg()
+    """
+    return _register_hint("T.no_set_max_nreg", HINT_NONE, 0)
+
+
+def disable_warp_group_reg_alloc():
+    """T.no_set_max_nreg by its other public name."""
+    return _register_hint("T.disable_warp_group_reg_alloc", HINT_NONE, 0)

@@ -1,5 +1,6 @@
 """`tl.tma_copy(src, dst, barrier)`: a global-to-shared tile copy through the Tensor Memory
-Accelerator (sm_90a), made by the pipeline planner (`transform/pipeline_tma.py`) from a `T.copy`.
+Accelerator (sm_90a), made by the pipeline planner (`transform/pipelining/tma.py`) and
+`lower_tma_copies` from a `T.copy`, or written by the user as `T.tma_copy`.
 
 One thread issues it. The tile arrives as one or more boxes of a tensor map (the descriptor the
 launcher encodes on the host before each launch, passed to the kernel as a `__grid_constant__`);
@@ -11,10 +12,18 @@ elements). A tile in 128/64/32-byte swizzled panels (`layout.gmma_panels`, what 
 the bank swizzle of 128-byte rows) is one box per panel, each box `panel` elements wide with the
 hardware swizzle of the same width: the TMA unit writes exactly the panel's permutation.
 
-Lowering: `tl::mbarrier_arrive_expect_tx(barrier, tile bytes)` and one `tl::tma_load(map, barrier,
-&dst[panel start], coordinates...)` per box; the tensor maps go to `LowerContext.tensor_maps`. A
-multicast copy (both blocks of a 2-block cluster copy the same tile) issues this block's half of the
-boxes as `tl::tma_load_multicast(..., mask 0b11, ...)`: the box lands in both blocks' shared memory.
+Lowering, the compiler's copies: `tl::mbarrier_arrive_expect_tx(barrier, tile bytes)` (the copy
+is the barrier's one arrival) and one `tl::tma_load(map, barrier, &dst[panel start],
+coordinates...)` per box, under the condition the pass that made it put around it; the tensor maps
+go to `LowerContext.tensor_maps`. A multicast copy (both blocks of a 2-block cluster copy the same
+tile) issues this block's half of the boxes as `tl::tma_load_multicast(..., mask 0b11, ...)`: the
+box lands in both blocks' shared memory.
+
+The user's `T.tma_copy` (as in the public TileLang): one thread of each leader scope (default: the
+threads running the copy, so one thread) announces the bytes, `tl::mbarrier_expect_tx`, without
+arriving, and issues the loads; the threads arrive themselves (`T.barrier_arrive`), so a barrier
+the 128 threads of a producer warpgroup arrive on is allocated with 128. With `emit_arrive` the
+issuing thread also arrives once after its loads.
 """
 
 from __future__ import annotations
@@ -38,14 +47,22 @@ _MAX_BOX = 256
 _TENSOR_MAP_TYPE = ir.PointerType(tirx.TensorMapType(), "global")  # what T.handle("tensormap") declares
 
 
-def make(src: base.Region, dst: base.Region, barrier, multicast: bool = False, one_thread: bool = False) -> tirx.Stmt:
-    """The copy; with `multicast`, in a 2-block cluster whose blocks copy the same tile: each
-    block loads half of its boxes into both blocks' shared memory (`can_multicast`). With
-    `one_thread` (`T.tma_copy`), the first of the threads running it issues it; otherwise the
-    caller has put it under such a condition."""
+def make(src: base.Region, dst: base.Region, barrier, multicast: bool = False) -> tirx.Stmt:
+    """The compiler's copy, one arrival on `barrier` with the tile's bytes; the caller puts it
+    under a one-thread condition. With `multicast`, in a 2-block cluster whose blocks copy the
+    same tile: each block loads half of its boxes into both blocks' shared memory (`can_multicast`)."""
     args = [src.to_ir(), dst.to_ir(), barrier]
-    if multicast or one_thread:
-        args += [tirx.const(int(multicast), "int32"), tirx.const(int(one_thread), "int32")]
+    if multicast:
+        args.append(tirx.const(1, "int32"))
+    return tirx.Evaluate(base.make_call(NAME, args))
+
+
+def make_user(src: base.Region, dst: base.Region, barrier, leader_scope: int = 0, emit_arrive: bool = False):
+    """The user's `T.tma_copy`: in each group of `leader_scope` threads (0: all the threads running
+    it) one thread announces the tile's bytes on `barrier` without arriving and issues the loads
+    (with `emit_arrive`, then arrives once)."""
+    flags = [0, 1, leader_scope, int(emit_arrive)]  # multicast, user, leader scope, emit_arrive
+    args = [src.to_ir(), dst.to_ir(), barrier] + [tirx.const(f, "int32") for f in flags]
     return tirx.Evaluate(base.make_call(NAME, args))
 
 
@@ -203,7 +220,7 @@ def _tensor_map(ctx, buffer, box, swizzle) -> tirx.Var:
 
 @base.register
 class TmaCopy(base.TileOp):
-    """A parsed `tl.tma_copy(src, dst, barrier[, multicast, one_thread])`."""
+    """A parsed `tl.tma_copy(src, dst, barrier[, multicast, user, leader_scope, emit_arrive])`."""
 
     name = NAME
 
@@ -211,17 +228,34 @@ class TmaCopy(base.TileOp):
         super().__init__(call, span)
         self.src, self.dst = base.Region.from_ir(call.args[0]), base.Region.from_ir(call.args[1])
         self.barrier = call.args[2]
-        self.multicast = len(call.args) > 3 and const_int(call.args[3]) == 1
-        self.one_thread = len(call.args) > 4 and const_int(call.args[4]) == 1
+        flags = [const_int(a) for a in call.args[3:]] + [0] * (7 - len(call.args))
+        self.multicast, self.user, self.leader_scope, self.emit_arrive = flags[0] == 1, flags[1] == 1, *flags[2:]
 
     def describe(self) -> str:
         return f"T.tma_copy({self.src.name}, {self.dst.name})"
 
     def lower(self, ctx) -> tirx.Stmt:
-        return _lower(self.src, self.dst, self.barrier, self.multicast, self.one_thread, ctx)
+        loads = _lower(self.src, self.dst, self.barrier, self.multicast, ctx)
+        if not self.user:
+            return seq([extern("tl::mbarrier_arrive_expect_tx", self.barrier, _bytes(self.src, self.dst))] + loads)
+        stmts = [extern("tl::mbarrier_expect_tx", self.barrier, _bytes(self.src, self.dst))] + loads
+        if self.emit_arrive:
+            stmts.append(extern("tl::mbarrier_arrive", self.barrier))
+        scope = self.leader_scope
+        if not scope or scope >= ctx.num_threads:
+            leader = ctx.thread == 0
+        else:
+            leader = tirx.floormod(ctx.thread, scope) == 0
+        return tirx.IfThenElse(leader, seq(stmts), None)
 
 
-def _lower(src, dst, barrier, multicast, one_thread, ctx) -> tirx.Stmt:
+def _bytes(src, dst):
+    # Each block receives the whole tile, multicast or not: its barrier expects all the bytes.
+    return tirx.const(tile_of(src, dst).tile_bytes, "uint32")
+
+
+def _lower(src, dst, barrier, multicast, ctx) -> list:
+    """The tile's `tl::tma_load` (or multicast) calls, one per box."""
     tile = tile_of(src, dst)
     if isinstance(tile, str):
         raise CompilerError(f"tl.tma_copy of {src.describe()}: {tile} (the pipeline planner should have kept it)")
@@ -239,8 +273,7 @@ def _lower(src, dst, barrier, multicast, one_thread, ctx) -> tirx.Stmt:
     coords = [src.starts[d] for d in reversed(range(ndim))]
     # The shared tile's own dims: a leading stage index (multi-buffered) and the tile's start.
     d_start = list(dst.starts)
-    # Each block receives the whole tile, multicast or not: its barrier expects all the bytes.
-    stmts = [extern("tl::mbarrier_arrive_expect_tx", barrier, tirx.const(tile.tile_bytes, "uint32"))]
+    stmts = []
     boxes = tile.cols // width
     if multicast:  # this block's half of the boxes, into both blocks of the cluster
         first = tirx.call_extern("int32", "tl::cluster_rank") * tirx.const(boxes // 2, "int32")
@@ -256,6 +289,4 @@ def _lower(src, dst, barrier, multicast, one_thread, ctx) -> tirx.Stmt:
             stmts.append(extern("tl::tma_load_multicast", tmap, barrier, smem, tirx.const(3, "uint16"), *c))
         else:
             stmts.append(extern("tl::tma_load", tmap, barrier, smem, *c))
-    if one_thread:
-        return tirx.IfThenElse(ctx.thread == 0, seq(stmts), None)
-    return seq(stmts)
+    return stmts

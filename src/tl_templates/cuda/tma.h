@@ -18,7 +18,7 @@ TL_DEVICE uint32_t shared_address(const void* p) { return static_cast<uint32_t>(
 
 // ---- mbarriers -------------------------------------------------------------------------------------
 
-// `count` arrivals complete a phase (expect_tx counts as one arrival, plus its bytes).
+// `count` arrivals complete a phase, once the bytes announced to it (expect_tx) have landed too.
 TL_DEVICE void mbarrier_init(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count) : "memory");
 }
@@ -89,6 +89,13 @@ TL_DEVICE void mbarrier_arrive_cluster_warp(uint64_t* bar) {
 // Arrive once and announce `bytes` of transactions (the TMA loads of this phase) still to come.
 TL_DEVICE void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes)
+               : "memory");
+}
+
+// Announce `bytes` of transactions still to come in the current phase, without arriving (the
+// user's T.tma_copy: its threads arrive themselves, T.barrier_arrive).
+TL_DEVICE void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes)
                : "memory");
 }
 

@@ -389,6 +389,7 @@ def _pipeline(consumer_frees=True):
                 for k in T.serial(4):
                     T.barrier_wait(empty[k % 2], (k // 2 + 1) % 2)
                     T.tma_copy(A[0:64, k * 64 : (k + 1) * 64], A_s[k % 2, :, :], barrier=full[k % 2])
+                    T.mbarrier_arrive(full[k % 2])  # the one arrival `full` counts
 
     return main
 

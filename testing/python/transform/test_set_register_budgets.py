@@ -1,11 +1,18 @@
 """set_register_budgets: each side of a warp-specialized kernel starts with its setmaxnreg, the
-counts within the register file."""
+counts within the register file; the kernel's register hints (T.annotate_producer_reg_dealloc,
+T.annotate_consumer_reg_alloc, T.no_set_max_nreg) change them, and hinted counts that do not fit
+are a UserError."""
+
+import logging
 
 import pytest
+import tvm_ffi
 from ir_testing import assert_ir_equal
 from tvm import tirx
 
 from tilelang import intrinsics
+from tilelang.errors import UserError
+from tilelang.transform.collect_register_hints import REGISTER_HINTS
 from tilelang.transform.set_register_budgets import register_budgets, set_register_budgets
 from tilelang.transform.warp_specialize import CONSUMER_BRANCH, PRODUCER_BRANCH
 
@@ -33,3 +40,54 @@ def test_each_side_asks_for_its_registers(threads, expect):
 def test_a_kernel_without_warp_specialization_is_left_as_it_is():
     func = tirx.PrimFunc([], tirx.Evaluate(tirx.call_extern("void", "work")))
     assert set_register_budgets(func).same_as(func)
+
+
+def _with_hints(func, **hints):
+    """`func` with the attribute collect_register_hints leaves: {role: [registers, location]}."""
+    return func.with_attr(REGISTER_HINTS, tvm_ffi.convert({r: [n, f"  --> kernel.py:{n}"] for r, n in hints.items()}))
+
+
+def _asks(func):
+    """{setmaxnreg intrinsic name: registers} of the kernel."""
+    found = {}
+
+    def on_eval(stmt):
+        intrinsic = intrinsics.lookup(stmt)
+        if intrinsic in intrinsics.SETMAXNREGS:
+            found[intrinsic.name] = intrinsic.param(stmt, "registers")
+
+    tvm_ffi.structural_walk(func.body, [(tirx.Evaluate, on_eval)])
+    return found
+
+
+@pytest.mark.parametrize(
+    "hints, expect",
+    [
+        ({"producer": 24, "consumer": 240}, {"setmaxnreg_dec": 24, "setmaxnreg_inc": 240}),
+        ({"producer": 24}, {"setmaxnreg_dec": 24, "setmaxnreg_inc": 232}),  # the consumers keep their own
+        ({"consumer": 216}, {"setmaxnreg_dec": 40, "setmaxnreg_inc": 216}),
+        ({"none": 0}, {}),
+        ({"none": 0, "producer": 24}, {}),
+    ],
+)
+def test_hints(hints, expect):
+    out = set_register_budgets(_with_hints(_kernel(256, False), **hints))
+    assert _asks(out) == expect
+    assert REGISTER_HINTS not in out.attrs  # used up
+
+
+def test_hinted_counts_past_the_register_file():
+    # 256 consumer threads and the producer: 384 threads, launched with 168 registers each (504
+    # per thread over the three warpgroups); 40 + 2 x 240 = 520 would leave the consumers waiting.
+    with pytest.raises(UserError, match=r"(?s)need 520, more than the 504 \(3 x 168\).*consumers at 232.*kernel.py:40"):
+        set_register_budgets(_with_hints(_kernel(256, False), producer=40, consumer=240))
+    with pytest.raises(UserError, match=r"lower its registers to 176.*at most 168"):
+        set_register_budgets(_with_hints(_kernel(256, False), producer=176))
+
+
+def test_hints_without_warp_specialization_change_nothing(caplog):
+    func = _with_hints(tirx.PrimFunc([], tirx.Evaluate(tirx.call_extern("void", "work"))), producer=24)
+    with caplog.at_level(logging.INFO, logger="tilelang"):
+        out = set_register_budgets(func)
+    assert out.body.same_as(func.body) and REGISTER_HINTS not in out.attrs
+    assert "no warp specialization built by tilelang" in caplog.text
