@@ -35,6 +35,7 @@ from tilelang.transform.inject_tma_pipelines import inject_tma_pipelines
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
 from tilelang.transform.lower_tile_ops import lower_tile_ops
 from tilelang.transform.lower_tma_copies import lower_tma_copies
+from tilelang.transform.place_wgmma_waits import place_wgmma_waits
 from tilelang.transform.plan_pipelines import plan_pipelines
 from tilelang.transform.rasterize_blocks import rasterize_blocks
 from tilelang.transform.select_gemm_instructions import select_gemm_instructions
@@ -74,11 +75,15 @@ def _tile_passes(options: CompileOptions, target):
         # The software pipelines, on tile ops (copy regions are explicit), before any pass looks at
         # the shapes of the tiles they multi-buffer. First each T.Pipelined loop's form (cp.async,
         # TMA, TMA with a producer warpgroup, 2-block clusters), recorded on the loop, then each form
-        # built: the TMA forms' consumer loop runs its wgmma gemms asynchronously, with the waits
-        # placed as it is built (pipelining/wgmma_waits.py), since where a stage is freed depends on them.
+        # built: a warp-specialized loop's consumers with their stages and stage releases marked.
         ("plan_pipelines", opt(plan_pipelines)),
         ("inject_cp_async_pipelines", opt(inject_cp_async_pipelines)),
         *([("inject_tma_pipelines", opt(inject_tma_pipelines))] if hopper else []),
+        # The consumers' wgmma gemms run asynchronously: each statement waits for the gemms it
+        # depends on and a stage is freed once its gemms are done (or one iteration late). On the
+        # consumer loop as built, while gemms are tile ops and the regions they touch explicit;
+        # before layout inference, which lays out the fragments the waits fence.
+        *([("place_wgmma_waits", place_wgmma_waits)] if hopper else []),
         # Block-index remapping after the pipelines, whose 2-block clusters pair blocks by their
         # plain indices (blocks one index apart); the remap then keeps each pair together.
         ("rasterize_blocks", rasterize_blocks),

@@ -1,4 +1,4 @@
-"""The consumers of a warp-specialized loop (consumer_loop, wgmma_waits): where the asynchronous
+"""The consumers of a warp-specialized loop (consumer_loop, place_wgmma_waits): where the asynchronous
 wgmma waits go, consumer stages (prologue, loop, epilogue), which stage each iteration frees, the two
 consumer warpgroups' turns at the tensor cores, and nvcc compiling the result (sm_90a, no GPU)."""
 

@@ -8,6 +8,7 @@ from tilelang.utils.target import determine_target, has_tma, has_wgmma
 HOPPER_ONLY = [
     "lower_tma_copies",
     "inject_tma_pipelines",
+    "place_wgmma_waits",
     "stage_fragment_stores",
     "warp_specialize",
     "set_register_budgets",
@@ -28,6 +29,7 @@ def test_the_hopper_pipeline_is_its_steps_in_order():
         "plan_pipelines",
         "inject_cp_async_pipelines",
         "inject_tma_pipelines",
+        "place_wgmma_waits",
         "infer_layout",
         "lower_tile_ops",
         "warp_specialize",

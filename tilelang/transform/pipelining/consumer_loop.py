@@ -7,16 +7,14 @@ Consumers in stage 1 of `T.Pipelined(..., stage=...)` work one iteration behind 
     if n > 0: stage 1 of iteration n - 1                   # epilogue
 
 (without stage 1: one loop over the body). Each iteration frees the stage of the tiles it read
-last, on their "empty" barrier: tiles read by stage c of iteration i - c. The wgmma gemms run
-asynchronously with the waits `wgmma_waits` places; when that leaves gemms reading a stage still
-running at the end of the body, the stage before is freed instead and the gemms run on into the
-next iteration (a GEMM's k-loop: one wgmma group in flight), when a stage of loads still lies
-ahead then; with fewer stages the body waits for them. (A stage freed one iteration late, with
-2 stages, is loaded again only once the body that needs it has begun: measured on MLA decode,
-async P·V running on was 10% slower than waiting for it at the end of the body.)
-
-Two consumer warpgroups that each own half the rows of every gemm take turns issuing their gemms
-(FlashAttention-3's ping-pong; `tma.h` pingpong_*), so one's softmax runs beside the other's gemms.
+last, on their "empty" barrier: tiles read by stage c of iteration i - c. The loop is left for
+`place_wgmma_waits` with its statements marked by consumer stage and its stage releases marked
+(`marks`): that pass runs the wgmma gemms asynchronously, and a release waits for the gemms still
+reading its stage or, in the loop, frees the stage one iteration late so that they run on. The
+releases around the loop are there for both schedules: the prologue frees iteration 0 only when
+the loop frees each iteration on time; a loop inside another loop frees, after each run, the
+stages its last iterations used (one more when it frees one late), so the producer can fill them
+for the next run.
 """
 
 from __future__ import annotations
@@ -28,9 +26,9 @@ from tvm import tirx
 
 from tilelang.op import gemm as gemm_op
 from tilelang.op.gemm import selection
-from tilelang.op.gemm import wgmma as gemm_wgmma
-from tilelang.transform.pipelining import wgmma_waits
-from tilelang.utils.ir import extern, seq
+from tilelang.transform.pipelining import marks
+from tilelang.transform.pipelining.marks import barrier  # noqa: F401  (lower_tma_copies uses it)
+from tilelang.utils.ir import seq
 
 if TYPE_CHECKING:
     from tilelang.transform.pipelining.checks import Kernel
@@ -46,118 +44,38 @@ class Empty:
     tiles: list  # the tiles as the loop body names them
 
 
-def barrier(buffer, index):
-    """The address of barrier `index` of a barrier array."""
-    return tirx.address_of(tirx.BufferLoad(buffer, [index]))
-
-
-def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel, counted=None):
+def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel: Kernel, runs=None):
     """The consumers' side of a warp-specialized pipeline. With consumers in stage 1, a prologue
     runs stage 0 of iteration 0 and an epilogue stage 1 of the last iteration, around a loop from 1.
-    wgmma gemms run asynchronously with the waits `wgmma_waits` places; each iteration frees the
-    oldest stage nothing reads any more. A loop inside another loop passes `counted(it)`, iteration
-    `it` as the barriers count it (earlier runs included): it runs again, so after each run the
-    stages its last iterations used are freed too, and the producer can fill them for the next."""
-    nested = counted is not None
-    counted = counted or (lambda it: it)
-    n, S = loop.extent, tirx.const(stages, "int32")
+    `consumer_items(it, stage)` gives the (statement, consumer stage) pairs run at body iteration
+    `it` (stage None: the pipeline's own barrier waits). A loop inside another loop passes `runs`,
+    the iterations its earlier runs did (the barriers count on from run to run)."""
+    n = loop.extent
     tiles = staged + list(kernel.tma_tiles)
-
-    def flags(st, wg_wait):
-        return gemm_flags(st, tiles, wg_wait)
-
-    # Gemms the user made asynchronous (wg_wait != 0) keep the user's waits.
-    manual = any(gemm_op.is_gemm(st) and gemm_op.Gemm(st.value).wg_wait for st, _ in consumers)
     depth = max(c for _, c in consumers)
 
-    def run(items, flight=()):
-        w = wgmma_waits.Waits(kernel, flags, flight)
-        out = []
-        for st, key, offset in items:
-            out += [flags(st, None)] if manual or key < 0 else w.statement(st, key, offset)
-        return out, w
+    def marked(items):
+        return [st if c is None else marks.at_stage(gemm_flags(st, tiles), c) for st, c in items]
 
-    def free(e, iteration, guard=None):
-        """Arrive on `e`'s barrier of `iteration` (one arrival per consumer warp)."""
-        name = "tl::mbarrier_arrive_warp" if kernel.cluster is None else "tl::mbarrier_arrive_cluster_warp"
-        arrive = extern(name, barrier(e.barrier, tirx.floormod(counted(iteration), S)))
-        return [tirx.IfThenElse(guard, arrive, None) if guard is not None else arrive]
+    def release(e, iteration, when=marks.ALWAYS):
+        return marks.release(e, iteration, runs, stages, when, kernel.cluster is not None)
 
-    def steady(flight):
-        out, w = run(consumer_items(i), flight)
-        deferred = []
-        for e in empties:
-            # Nothing after this body reads `e`'s tiles of iteration i - e.depth. When gemms reading
-            # them still run, free the stage before instead (when a stage of loads stays ahead of
-            # the body): they run on.
-            if not manual and w.release_needs_wait(-e.depth, e.staged) and stages >= e.depth + 3:
-                deferred.append(e)
-                out += w.release(-e.depth - 1, e.staged) + free(e, i - e.depth - 1, i >= e.depth + 1)
-            else:
-                out += ([] if manual else w.release(-e.depth, e.staged)) + free(e, i - e.depth)
-        return out, w, deferred
-
-    flight = []
-    for _ in range(4):
-        out, w, deferred = steady(flight)
-        if wgmma_waits.signature(w.shifted()) == wgmma_waits.signature(flight):
-            break
-        flight = w.shifted()
-    else:  # no steady state: every iteration starts with nothing in flight
-        out, w, deferred = steady([])
-        out += w.drain()
-    # (Not across runs of a nested loop: the turns' named barriers would carry over between runs.)
-    turns = not manual and not nested and _take_turns(consumers, kernel)
-
-    def finish(stmts):
-        stmts = wgmma_waits.fold(stmts, flags)
-        return seq(_in_turn(stmts) if turns else stmts)
-
-    body = tirx.For(i, depth, n - depth, tirx.ForKind.SERIAL, finish(out), span=loop.span)
-    parts = [body] + w.drain()
+    body = marked(consumer_items(i)) + [release(e, i - e.depth) for e in empties]
+    parts = [tirx.For(i, depth, n - depth, tirx.ForKind.SERIAL, seq(body), span=loop.span)]
     if depth:
-        # The prologue frees iteration 0 of the tiles only stage 0 reads, unless the loop frees each
-        # iteration one late (it then frees iteration 0 itself).
         zero = tirx.const(0, "int32")
-        pro, wp = run(consumer_items(zero, stage_filter=0))
-        pro += wp.drain() + [st for e in empties if e.depth == 0 and e not in deferred for st in free(e, zero)]
-        epi, we = run(consumer_items(n, stage_filter=1))
-        parts = (
-            [tirx.IfThenElse(n > 0, finish(pro), None)]
-            + parts
-            + [tirx.IfThenElse(n > 0, finish(epi + we.drain()), None)]
-        )
-    if nested:
-        # Iterations the run has not freed: the last e.depth (read by later stages), one more when
-        # the loop frees each iteration one late. Everything has been waited for by now.
+        pro = marked(consumer_items(zero, stage_filter=0))
+        pro += [release(e, zero, marks.ON_TIME) for e in empties if e.depth == 0]
+        epi = marked(consumer_items(n, stage_filter=1))
+        parts = [tirx.IfThenElse(n > 0, seq(pro), None)] + parts + [tirx.IfThenElse(n > 0, seq(epi), None)]
+    if runs is not None:
+        # The iterations the run has not freed: the last e.depth (read by later stages), one more
+        # when the loop frees each iteration one late.
         for e in empties:
-            late = e.depth + (1 if e in deferred else 0)
-            for j in range(late, 0, -1):
-                parts += free(e, n - j, n - j >= 0)
-    if turns:
-        parts = [extern("tl::pingpong_init")] + parts
+            for j in range(e.depth + 1, 0, -1):
+                when = marks.LATE if j == e.depth + 1 else marks.ALWAYS
+                parts.append(tirx.IfThenElse(n - j >= 0, release(e, n - j, when), None))
     return seq(parts)
-
-
-def _take_turns(consumers, kernel: Kernel) -> bool:
-    """Whether the two consumer warpgroups should take turns issuing their gemms: each owns half of
-    the rows of every wgmma gemm, and the loop also has other work (a softmax) to overlap with the
-    other's gemms. `consumer_barriers` drops the turns again if the loop needs a barrier over both."""
-    if kernel.threads != 256:
-        return False
-    gemms = [st for st, _ in consumers if gemm_op.is_gemm(st)]
-    plans = [gemm_op.Gemm(st.value).plan for st in gemms]
-    others = [st for st, _ in consumers if not gemm_op.is_gemm(st)]
-    return bool(gemms) and bool(others) and all(isinstance(p, gemm_wgmma.Plan) and p.wg_m == 2 for p in plans)
-
-
-def _in_turn(stmts):
-    """`stmts` with its gemms issued in this warpgroup's turn (tma.h, pingpong_*)."""
-    at = [j for j, st in enumerate(stmts) if gemm_op.is_gemm(st)]
-    if not at:
-        return stmts
-    a, b = at[0], at[-1] + 1
-    return stmts[:a] + [extern("tl::pingpong_sync")] + stmts[a:b] + [extern("tl::pingpong_arrive")] + stmts[b:]
 
 
 def gemm_flags(stmt, tiles, wg_wait: int | None = None):

@@ -19,9 +19,10 @@ Warp-specialized (default; `tl.disable_warp_specialized` turns it off):
         arrive(empty_j[i % S])                 # one per consumer warp (the barrier's count)
 
 Tiles the consumers read in the same consumer stage share one "empty" barrier per stage. The
-consumers' side (`consumer_loop`) also runs consumer stages one iteration apart, runs the wgmma
-gemms asynchronously (`wgmma_waits`) and lets two warpgroups take turns at the tensor cores. A
-gemm whose shared operands only TMA writes skips the proxy fence. The producer warpgroup is left out
+consumers' side (`consumer_loop`) also runs consumer stages one iteration apart, and marks where
+each stage is freed: `place_wgmma_waits` then runs the wgmma gemms asynchronously, makes the
+arrivals and lets two warpgroups take turns at the tensor cores. A gemm whose shared operands only
+TMA writes skips the proxy fence. The producer warpgroup is left out
 when the loop's trip count or coordinates read values the consumers compute (registers, shared
 memory).
 
@@ -156,11 +157,11 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
     i = tirx.Var("i", "int32")
 
     def consumer_items(it, stage_filter=None):
-        """(statement, key, iteration offset) of the consumers run at body iteration `it`: one in
-        consumer stage c works on iteration it - c, after waiting for the tiles of that iteration it
-        reads. Key -1: a barrier wait."""
+        """(statement, consumer stage) of the consumers run at body iteration `it`: one in consumer
+        stage c works on iteration it - c, after waiting for the tiles of that iteration it reads
+        (those waits have stage None)."""
         body, waited = [], set()
-        for key, (st, c) in enumerate(consumers):
+        for st, c in consumers:
             if stage_filter is not None and c != stage_filter:
                 continue
             own = it - c
@@ -169,8 +170,8 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
                 if (t, c) not in waited and _uses(st, t):
                     waited.add((t, c))
                     parity = tirx.floormod(tirx.floordiv(g, S), 2)
-                    body.append((extern("tl::mbarrier_wait", barrier(full[t], tirx.floormod(g, S)), parity), -1, -c))
-            body.append((versioned(at_iteration(st, own), tirx.floormod(g, S)), key, -c))
+                    body.append((extern("tl::mbarrier_wait", barrier(full[t], tirx.floormod(g, S)), parity), None))
+            body.append((versioned(at_iteration(st, own), tirx.floormod(g, S)), c))
         return body
 
     init = [extern("tl::mbarrier_init", barrier(full[t], s), 1) for t in tiles for s in range(stages)]
@@ -210,9 +211,8 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
             loads.append(load(p, ip, gp))
         produce = seq([tirx.For(ip, 0, n, tirx.ForKind.SERIAL, seq(loads))] + count_run("producer"))
         producer = tirx.IfThenElse(tx == 0, produce, None)  # tx counts from the producer warpgroup's start
-        consumer = consumer_loop.build(
-            loop, i, stages, consumers, consumer_items, empties, staged, kernel, at_c if counters else None
-        )
+        runs = tirx.BufferLoad(counters["consumer"], [0]) if counters else None
+        consumer = consumer_loop.build(loop, i, stages, consumers, consumer_items, empties, staged, kernel, runs)
         consumer = seq([consumer] + count_run("consumer"))
         region = seq(
             allocs
@@ -238,6 +238,6 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
     body = [
         extern("__syncthreads"),  # every thread is done with stage (i - 1) % S, which the loads overwrite
         tirx.IfThenElse(tirx.And(tx == 0, ahead < n), seq([load(p, ahead) for p in producers]), None),
-    ] + [gemm_flags(st, staged + list(kernel.tma_tiles)) for st, _, _ in consumer_items(i)]
+    ] + [gemm_flags(st, staged + list(kernel.tma_tiles)) for st, _ in consumer_items(i)]
     main = tirx.For(i, 0, n, tirx.ForKind.SERIAL, seq(body), span=loop.span)
     return seq(allocs + prelude + [tirx.IfThenElse(tx == 0, first, None), main])

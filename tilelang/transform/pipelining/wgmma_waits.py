@@ -1,5 +1,5 @@
-"""Where the waits of asynchronous wgmma gemms go in a warp-specialized consumer loop (analysis used
-by `consumer_loop`).
+"""Where the waits of asynchronous wgmma gemms go in one straight-line run of a warp-specialized
+consumer loop (the analysis `place_wgmma_waits` plans each run and the loop's steady state with).
 
 A wgmma gemm runs on the tensor cores after the thread issues it; `wgmma.wait_group N` waits until
 at most N of the thread's groups are still running. Every wgmma gemm of the loop is issued without
@@ -78,10 +78,11 @@ def _has(buffers, b) -> bool:
 
 
 class Waits:
-    """Plans one straight-line run of statements, starting from the groups in `flight`."""
+    """Plans one straight-line run of statements of the `threads` threads whose index is `thread`,
+    starting from the groups in `flight`."""
 
-    def __init__(self, kernel, flags, flight=()):
-        self.kernel = kernel
+    def __init__(self, thread, threads: int, flags, flight=()):
+        self.thread, self.threads = thread, threads
         self.flags = flags  # flags(gemm statement, wg_wait) -> the statement with that wait
         self.flight = list(flight)
 
@@ -110,7 +111,7 @@ class Waits:
         `common.branch_ranges`), each planned as a run of its own."""
         if not isinstance(stmt, tirx.IfThenElse):
             return None
-        ranges = branch_ranges(stmt.condition, self.kernel.thread, 0, self.kernel.threads)
+        ranges = branch_ranges(stmt.condition, self.thread, 0, self.threads)
         if ranges is None or (stmt.else_case is not None and ranges[1] is None):
             return None
         return ranges
@@ -124,7 +125,7 @@ class Waits:
             if case is None:
                 sides.append(None)
                 continue
-            inner = Waits(replace(self.kernel, threads=hi - lo), self.flags)
+            inner = Waits(self.thread, hi - lo, self.flags)
             body = []
             for st in statements(case):
                 body += inner.statement(st, key, offset)
