@@ -22,12 +22,15 @@ def emitter(dtype, accum, a_transposed=False, b_transposed=True, warps=(2, 2), w
     )
 
 
-def block_kernel(em, out_dtype, tiles_4d=False):
-    """One block's K steps over shared tiles A_s, B_s (seeded by the simulator), the result in C_s."""
+def block_kernel(em, out_dtype, tiles_4d=False, atoms=False, rk=0, pid=None):
+    """One block's K steps over shared tiles A_s, B_s (seeded by the simulator), the result in C_s.
+    `atoms`: mma_atom per tile instead of mma; `rk`: read K-slice rk of tiles reduce_k * chunk deep;
+    `pid`: store as block (pid_m, pid_n) of a C_s two blocks high and wide."""
     bm, bn = em.block_row_warps * em.warp_row_tiles, em.block_col_warps * em.warp_col_tiles
-    a_tile = (em.chunk, bm) if em.a_transposed else (bm, em.chunk)
-    b_tile = (bn, em.chunk) if em.b_transposed else (em.chunk, bn)
-    c_tile = (bm // 16, bn // em.n_dim, 16, em.n_dim) if tiles_4d else (bm, bn)
+    depth = em.chunk * em.reduce_k
+    a_tile = (depth, bm) if em.a_transposed else (bm, depth)
+    b_tile = (bn, depth) if em.b_transposed else (depth, bn)
+    c_tile = (bm // 16, bn // em.n_dim, 16, em.n_dim) if tiles_4d else (bm, bn) if pid is None else (2 * bm, 2 * bn)
     dtype, accum = em.a_dtype, em.accum_dtype
 
     @T.prim_func
@@ -42,10 +45,18 @@ def block_kernel(em, out_dtype, tiles_4d=False):
             for i in T.serial(em.warp_rows * em.warp_cols * em.local_size_out):
                 C_l[i] = 0
             for ki in T.serial(em.chunk // em.micro_size_k):
-                em.ldmatrix_a(A_l, A_s, ki)
-                em.ldmatrix_b(B_l, B_s, ki)
-                em.mma(A_l, B_l, C_l)
-            em.stmatrix(C_l, C_s)
+                em.ldmatrix_a(A_l, A_s, ki, rk)
+                em.ldmatrix_b(B_l, B_s, ki, rk)
+                if atoms:
+                    for i in T.unroll(em.mma_num_inst_m):
+                        for j in T.unroll(em.mma_num_inst_n):
+                            em.mma_atom(A_l, B_l, C_l, i, j)
+                else:
+                    em.mma(A_l, B_l, C_l)
+            if pid is None:
+                em.stmatrix(C_l, C_s)
+            else:
+                em.stmatrix(C_l, C_s, pid_m=pid[0], pid_n=pid[1])
 
     return main
 

@@ -24,16 +24,20 @@ TYPES = [
 ]
 
 
-def _simulate(em, out_dtype=None, tiles_4d=False, seed=0):
+def _simulate(em, out_dtype=None, tiles_4d=False, seed=0, **kw):
+    """(C the block computes, A @ B) for random small integers (exact in every type)."""
     bm, bn = em.block_row_warps * em.warp_row_tiles, em.block_col_warps * em.warp_col_tiles
+    depth = em.chunk * em.reduce_k
     rng = np.random.default_rng(seed)
-    a, b = rng.integers(-4, 5, (bm, em.chunk)), rng.integers(-4, 5, (em.chunk, bn))  # exact in every type
-    func = block_kernel(em, out_dtype or em.accum_dtype, tiles_4d)
+    a, b = rng.integers(-4, 5, (bm, depth)), rng.integers(-4, 5, (depth, bn))
+    func = block_kernel(em, out_dtype or em.accum_dtype, tiles_4d, **kw)
     block = Block(func, {"A_s": a.T if em.a_transposed else a, "B_s": b.T if em.b_transposed else b})
     c = block.tile("C_s")
     if tiles_4d:
         c = c.transpose(0, 2, 1, 3).reshape(bm, bn)
-    return c.astype(np.int64), a @ b
+    rk = kw.get("rk", 0)
+    ks = slice(rk * em.chunk, (rk + 1) * em.chunk)
+    return c.astype(np.int64), a[:, ks] @ b[ks, :]
 
 
 @pytest.mark.parametrize("dtype,accum", TYPES)
@@ -61,6 +65,24 @@ def test_tilings_and_warp_orders(kw):
 def test_accumulators_to_a_4d_tile_cast_to_its_type():
     got, want = _simulate(emitter("int8", "int32", True, False, warp_tile=(32, 8), chunk=64), "float32", tiles_4d=True)
     np.testing.assert_array_equal(got, want)
+
+
+def test_mma_atom_per_tile_is_mma():
+    got, want = _simulate(emitter("bfloat16", "float32", False, False), atoms=True)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_loads_read_the_k_slice_rk():
+    got, want = _simulate(emitter("float16", "float32", True, False, reduce_k=2), rk=1)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_accumulators_to_the_block_at_pid_m_pid_n():
+    em = emitter("int8", "int32", chunk=32)
+    got, want = _simulate(em, pid=(1, 0))
+    bm, bn = 64, 64
+    np.testing.assert_array_equal(got[bm:, :bn], want)
+    assert not got[:bm].any() and not got[:, bn:].any()
 
 
 def test_sizes_and_names_of_the_public_emitter():

@@ -210,7 +210,9 @@ class TensorCoreIntrinEmitter:
                     _tb.buffer_store(B_local_buf, at(n, k), [j * self.local_size_b + e])
 
     def mma(self, A_local_buf, B_local_buf, C_local_buf, k_inner=0):  # noqa: N803
-        """C_local += A_local * B_local over the warp's tiles: one mma.sync per 16 x 8 atom."""
+        """C_local += A_local * B_local over the warp's tiles: one mma.sync per 16 x 8 atom.
+        `k_inner` is the public signature's K step into fragment operands; registers from
+        T.alloc_local hold one step, so it does not move them (as in the public TileLang)."""
         self._check_local(A_local_buf, self.a_dtype, self.warp_rows * self.local_size_a, "mma", "A_local")
         self._check_local(B_local_buf, self.b_dtype, self.warp_cols * self.local_size_b, "mma", "B_local")
         size_c = self.warp_rows * self.warp_cols * self.local_size_out
