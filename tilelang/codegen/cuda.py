@@ -26,7 +26,7 @@ import time
 import tvm_ffi
 
 from tilelang import env
-from tilelang.codegen import register_counts, templates, workspace
+from tilelang.codegen import register_counts, templates, vectors, workspace
 from tilelang.utils.target import arch_of
 
 _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
@@ -44,6 +44,7 @@ _HEADERS = [
     ("tl::mbarrier_", "tma.h"),
     ("tl::setmaxnreg_", "tma.h"),
     ("tl::sync_grid", "grid.h"),
+    (vectors.HEADER_CALL, "convert.h"),
 ]
 
 
@@ -92,6 +93,7 @@ def device_source(lowered) -> str:
 def _generated_source(lowered) -> str:
     # Intrinsics become the template calls they stand for (`templates.py`), just before TVM's codegen.
     device_mod, kernels = templates.spell(lowered.device_mod)
+    device_mod = vectors.spell(device_mod)  # fp8 vector casts and broadcasts TVM would print wrong
     with _source_only():
         code = _build_utils.codegen_build(device_mod, lowered.target).inspect_source("cuda")
     # Swizzled tiles (wgmma descriptors, TMA boxes) sit at 1024-byte offsets of the shared block,

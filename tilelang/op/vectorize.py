@@ -17,6 +17,13 @@ from tilelang.utils.ir import collect, const_int, is_if_then_else
 MAX_VECTOR_BITS = 128
 
 
+def register_lanes(bits: int) -> int:
+    """The most lanes of `bits`-bit values one vector in registers may hold: 256 bits of 32- and 64-bit
+    values (TVM's CUDA code generator holds 8 x float32 in a ulonglong4), 128 bits of narrower ones
+    (it has no type for 16 x float16 or 32 x int8, and stops with "Cannot convert type")."""
+    return (2 * MAX_VECTOR_BITS if bits >= 32 else MAX_VECTOR_BITS) // bits
+
+
 def _flat_offset(buffer, indices):
     offset = tirx.const(0, "int32")
     for idx, extent in zip(indices, buffer.shape):
@@ -97,10 +104,10 @@ def plan_vector_size(loop_vars, extents, body, analyzer, limit: int = 0) -> int:
     accesses = [(ld.source, list(ld.indices)) for ld in loads] + [(st.buffer, list(st.indices)) for st in stores]
     memory = [(b, idx) for b, idx in accesses if b.scope() in ("global", "shared", "shared.dyn")]
     # Memory accesses are at most 128 bits; values computed in registers (e.g. fp16 widened to fp32)
-    # may take two registers' worth, 256 bits.
+    # may be wider, as far as the code generator has a type for them (`register_lanes`).
     widths = [MAX_VECTOR_BITS // dtype_bits(str(b.dtype)) for b, _ in memory]
-    widths += [2 * MAX_VECTOR_BITS // dtype_bits(str(b.dtype)) for b, _ in accesses]
-    widths += [2 * MAX_VECTOR_BITS // DataType(str(c.ty.dtype)).bits for c in _value_casts(body)]
+    widths += [register_lanes(dtype_bits(str(b.dtype))) for b, _ in accesses]
+    widths += [register_lanes(DataType(str(c.ty.dtype)).bits) for c in _value_casts(body)]
     widths = widths or [1]
     vec = min(min(widths), limit) if limit else min(widths)
     conds = [s.condition for s in collect(body, tirx.IfThenElse)]

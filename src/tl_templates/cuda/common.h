@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__CUDACC__) && (__CUDACC_VER_MAJOR__ >= 12)
 #include <cuda_fp8.h>
@@ -44,4 +45,50 @@ __host__ __device__ inline ulonglong4 make_ulonglong4(float a0, float a1, float 
   lanes[2] = make_float2(a4, a5);
   lanes[3] = make_float2(a6, a7);
   return out;
+}
+
+// The same for integer vectors: TVM holds 8 x int8 in an int2, 16 x int8 in an int4, 8 x int16 in
+// an int4, 8 x int32 in a longlong4 (and the unsigned alike), and builds their broadcasts with that
+// type's make_ function of every lane: make_longlong4(-1, -1, -1, -1, -1, -1, -1, -1). These
+// overloads take exactly that many lanes (never CUDA's own count) and store them in lane order.
+namespace tl {
+template <typename Vec, typename Lane, typename... Ts>
+__host__ __device__ inline Vec pack_lanes(Ts... lanes) {
+  static_assert(sizeof(Vec) == sizeof...(Ts) * sizeof(Lane), "the lanes must fill the vector exactly");
+  static_assert((std::is_arithmetic<Ts>::value && ...), "a lane is a number");
+  union {
+    Lane lane[sizeof...(Ts)];
+    Vec vec;
+  } u = {{static_cast<Lane>(lanes)...}};
+  return u.vec;
+}
+template <int N, typename... Ts>
+using if_lanes = std::enable_if_t<sizeof...(Ts) == N, int>;
+}  // namespace tl
+
+template <typename... Ts, tl::if_lanes<8, Ts...> = 0>
+__host__ __device__ inline int2 make_int2(Ts... lanes) {
+  return tl::pack_lanes<int2, signed char>(lanes...);
+}
+template <typename... Ts, tl::if_lanes<8, Ts...> = 0>
+__host__ __device__ inline uint2 make_uint2(Ts... lanes) {
+  return tl::pack_lanes<uint2, unsigned char>(lanes...);
+}
+template <typename... Ts, std::enable_if_t<sizeof...(Ts) == 8 || sizeof...(Ts) == 16, int> = 0>
+__host__ __device__ inline int4 make_int4(Ts... lanes) {  // 8 x int16 or 16 x int8
+  return tl::pack_lanes<int4, std::conditional_t<sizeof...(Ts) == 8, short, signed char>>(lanes...);
+}
+template <typename... Ts, std::enable_if_t<sizeof...(Ts) == 8 || sizeof...(Ts) == 16, int> = 0>
+__host__ __device__ inline uint4 make_uint4(Ts... lanes) {  // 8 x uint16 or 16 x uint8
+  return tl::pack_lanes<uint4, std::conditional_t<sizeof...(Ts) == 8, unsigned short, unsigned char>>(lanes...);
+}
+template <typename... Ts, tl::if_lanes<8, Ts...> = 0>
+__host__ __device__ inline longlong4 make_longlong4(Ts... lanes) {
+  return tl::pack_lanes<longlong4, int>(lanes...);
+}
+// 8 x uint32; eight floats take the non-template overload above (an exact match is preferred to a
+// template), eight unsigned ints this one (an exact match is preferred to converting to float).
+template <typename... Ts, tl::if_lanes<8, Ts...> = 0>
+__host__ __device__ inline ulonglong4 make_ulonglong4(Ts... lanes) {
+  return tl::pack_lanes<ulonglong4, unsigned int>(lanes...);
 }
