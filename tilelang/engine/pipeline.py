@@ -42,6 +42,7 @@ from tilelang.transform.select_gemm_instructions import select_gemm_instructions
 from tilelang.transform.set_register_budgets import set_register_budgets
 from tilelang.transform.specialize_uniform_masks import specialize_uniform_masks
 from tilelang.transform.stage_fragment_stores import stage_fragment_stores
+from tilelang.transform.sync_shared_atomics import expose_shared_atomics, restore_shared_atomics
 from tilelang.transform.sync_thread_branches import expose_thread_branches, restore_thread_branches, thread_sync
 from tilelang.transform.warp_specialize import CONSUMER_BRANCH, warp_specialize
 from tilelang.utils.target import has_tma
@@ -141,8 +142,11 @@ def _tvm_passes(options: CompileOptions, target):
         # Branches of the first n threads: barriers around them, their condition hidden from TVM's
         # barrier insertion and put back after it, with the barriers inside over the n threads.
         ("expose_thread_branches", _apply_to_funcs(expose_thread_branches)),
+        # Atomics on shared memory as reads and writes for it (TVM does not look inside their pointers).
+        ("expose_shared_atomics", _apply_to_funcs(expose_shared_atomics)),
         ("thread_sync_shared", thread_sync("shared")),
         ("thread_sync_shared_dyn", thread_sync("shared.dyn")),
+        ("restore_shared_atomics", _apply_to_funcs(restore_shared_atomics)),
         ("restore_thread_branches", _apply_to_funcs(restore_thread_branches)),
         # Barriers inside a warp-specialized kernel's consumer branch wait for the consumers only.
         ("consumer_barriers", consumer_barriers()),
