@@ -4,10 +4,10 @@ TVM 0.27 prints a vector cast that involves fp8 as one C cast of the whole vecto
 is a conversion only where CUDA has one between the two types: float, half and bfloat16 vectors
 of 2 and 4 lanes to and from cuda_fp8.h's x2/x4 types. Past 4 lanes TVM holds the vectors in
 plain integer types (8 x fp8 in a uint2, 8 x float in a ulonglong4), so the cast does not compile,
-or copies the bits (fp8 e4m3 to e5m2); between the two fp8 formats no cast converts. It has no
-broadcast of more than 4 fp8 lanes at all (an internal check fails). Right before the code
-generator (after `templates.spell`), each such value becomes a call of the header's helper, which
-converts each lane as the scalar cast does:
+or copies the bits (fp8 e4m3 to e5m2); between the two fp8 formats no cast compiles, even of a
+scalar (which goes through float here, exactly). It has no broadcast of more than 4 fp8 lanes at
+all (an internal check fails). Right before the code generator (after `templates.spell`), each
+such vector becomes a call of the header's helper, which converts each lane as the scalar cast does:
 
     T.Cast("float8_e4m3fnx8", x: float32x8)  ->  tl::vec_cast<__nv_fp8_e4m3, float, 8>(x)
     T.Broadcast(v: float8_e4m3fn, 16)        ->  tl::vec_broadcast<__nv_fp8_e4m3, 16>(v)
@@ -68,6 +68,8 @@ def _call(name: str, vector: str, arg):
 def _cast(cast: tirx.Cast):
     dst, lanes, vector = _lanes(cast.ty)
     src, _, _ = _lanes(cast.value.ty)
+    if lanes == 1 and src in FP8 and dst in FP8 and src != dst:
+        return tirx.Cast(dst, tirx.Cast("float32", cast.value))  # no C++ conversion between the formats
     if lanes == 1 or tvm_converts(src, dst, lanes) or dst not in LANE_TYPES or src not in LANE_TYPES:
         return cast
     return _call(f"tl::vec_cast<{LANE_TYPES[dst]}, {LANE_TYPES[src]}, {lanes}>", vector, cast.value)

@@ -331,3 +331,20 @@ def test_fills_of_wide_vectors_compile(dtype, value, spelled):
     lanes = 16 if "8" in dtype and "32" not in dtype else 8
     body = _source(fill(dtype, 128 * lanes, value), "sm_90a")
     assert spelled in body
+
+
+def scalar_cast(src: str, dst: str, n: int = 4):
+    @T.prim_func
+    def main(X: T.Tensor((128, n), src), Y: T.Tensor((128, n), dst)):
+        with T.Kernel(1, threads=128):
+            tx = T.get_thread_binding()
+            for v in T.serial(n):
+                Y[tx, v] = T.cast(X[tx, v], dst)
+
+    return main
+
+
+@pytest.mark.parametrize("src,dst", [("float8_e4m3fn", "float8_e5m2"), ("float8_e5m2", "float8_e4m3fn")])
+def test_scalar_cast_between_fp8_formats_goes_through_float(src, dst):
+    body = _source(scalar_cast(src, dst), "sm_89")
+    assert f"(({vectors.LANE_TYPES[dst]})((float)X_ptr[" in body

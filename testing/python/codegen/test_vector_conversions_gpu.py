@@ -5,7 +5,7 @@ value, as the scalar cast does), fills storing their value's bits."""
 import numpy as np
 import pytest
 import torch
-from test_vector_conversions import PAIRS, fill, fragment_cast, per_token_cast, vector_cast
+from test_vector_conversions import PAIRS, fill, fragment_cast, per_token_cast, scalar_cast, vector_cast
 
 import tilelang
 
@@ -95,3 +95,10 @@ def test_fill(dtype, value, lanes):
         signed = {1: torch.int8, 2: torch.int16, 4: torch.int32}[y.element_size()]
         want = np.full(128 * lanes, value, dtype=getattr(np, dtype)).view(str(signed).removeprefix("torch."))
         assert torch.equal(y.cpu().view(signed), torch.from_numpy(want))
+
+
+@pytest.mark.parametrize("src,dst", [("float8_e4m3fn", "float8_e5m2"), ("float8_e5m2", "float8_e4m3fn")])
+def test_scalar_cast_between_fp8_formats(src, dst):
+    x = _random(src, (128, 4))
+    y = tilelang.compile(scalar_cast(src, dst), out_idx=[-1])(x)
+    _same(y, _want(x, dst))
