@@ -221,6 +221,43 @@ def bits(value) -> int:
     return dtype(value).bits
 
 
+# ---- an expression's dtype ----------------------------------------------------------------------
+# Code written for the public TileLang reads `x.dtype` of any expression (`assert val.dtype ==
+# T.uint8` in a dequantization helper given `B_local[i, j]`); TVM 0.27's expressions carry their
+# type as `x.ty`, and its Var answers `.dtype` for buffers only. Expressions get a `dtype` property
+# giving their type as a dtype object; a buffer's `.dtype` stays TVM's.
+
+
+def _expr_dtype(expr) -> dtype:
+    from tvm import ir
+
+    ty = expr.ty
+    if isinstance(ty, ir.PrimType):
+        return dtype(str(ty.dtype))
+    if isinstance(ty, ir.PointerType):
+        return dtype("handle")
+    raise AttributeError(f"a {type(expr).__name__} of type {ty} has no dtype")
+
+
+def _install_expr_dtype():
+    from tvm import ir
+
+    buffer_dtype = ir.Var.__dict__.get("dtype")  # TVM's property for buffers (a Var with BufferType)
+
+    def var_dtype(var):
+        try:
+            return buffer_dtype.fget(var)
+        except AttributeError:  # a scalar variable, not a buffer
+            return _expr_dtype(var)
+
+    ir.Expr.dtype = property(_expr_dtype)
+    if isinstance(buffer_dtype, property):
+        ir.Var.dtype = property(var_dtype)
+
+
+_install_expr_dtype()
+
+
 # ---- the dtype objects ------------------------------------------------------------------------------
 
 _SCALARS = [

@@ -7,6 +7,8 @@ Scopes in the IR: `shared.dyn` (merged into one dynamic shared-memory block per 
 
 from __future__ import annotations
 
+import functools
+
 from tvm import tirx
 from tvm.script import tirx as _script
 from tvm.script.ir_builder import tirx as _tb
@@ -154,6 +156,26 @@ def Tensor(shape, dtype="float32", data=None):
     return viewed if viewed is not None else _tb.decl_buffer(dims, canonical(dtype), data=data)
 
 
+class _Annotation:
+    """A tensor annotation that is called, `T.Tensor((M, K), dtype)`, or subscripted,
+    `T.Tensor[(M, K), dtype]` (a parameter annotation Python evaluates itself, outside the parser).
+    A subscript of numbers only is the shape: `T.Tensor[M, K]` is `T.Tensor((M, K))`."""
+
+    def __init__(self, fn):
+        self._fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        return self._fn(*args, **kwargs)
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        if not any(isinstance(k, (tuple, list, str)) for k in key):
+            key = (key,)
+        return self._fn(*key)
+
+
+Tensor = _Annotation(Tensor)
 Buffer = Tensor
 
 
@@ -198,5 +220,6 @@ def SharedBuffer(shape, dtype="float32"):
     return Tensor(shape, dtype)
 
 
+SharedBuffer = _Annotation(SharedBuffer)
 FragmentBuffer = SharedBuffer  # likewise, for a fragment parameter
 LocalBuffer = SharedBuffer  # likewise, for a local buffer parameter
