@@ -38,6 +38,7 @@ from tilelang.transform.lower_tma_copies import lower_tma_copies
 from tilelang.transform.place_wgmma_waits import place_wgmma_waits
 from tilelang.transform.plan_pipelines import plan_pipelines
 from tilelang.transform.rasterize_blocks import rasterize_blocks
+from tilelang.transform.relax_role_barriers import relax_role_barriers
 from tilelang.transform.select_gemm_instructions import select_gemm_instructions
 from tilelang.transform.set_register_budgets import set_register_budgets
 from tilelang.transform.specialize_uniform_masks import specialize_uniform_masks
@@ -142,6 +143,9 @@ def _tvm_passes(options: CompileOptions, target):
         # Branches of the first n threads: barriers around them, their condition hidden from TVM's
         # barrier insertion and put back after it, with the barriers inside over the n threads.
         ("expose_thread_branches", _apply_to_funcs(expose_thread_branches)),
+        # Warp roles written by hand that synchronize through mbarriers run side by side: no block
+        # barrier between them (they touch shared memory only through TMA, wgmma and mbarriers).
+        ("relax_role_barriers", _apply_to_funcs(relax_role_barriers)),
         # Atomics on shared memory as reads and writes for it (TVM does not look inside their pointers).
         ("expose_shared_atomics", _apply_to_funcs(expose_shared_atomics)),
         ("thread_sync_shared", thread_sync("shared")),
