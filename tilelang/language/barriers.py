@@ -75,16 +75,16 @@ def _check_barrier(barrier, what):
         raise UserError(f"{what}: expected a barrier from T.alloc_barrier (or one element of it), got {barrier!r}")
 
 
-def barrier_arrive(barrier):
-    """Every thread that runs this arrives once on `barrier` (`bar` or `bar[i]`)."""
-    _check_barrier(barrier, "T.barrier_arrive")
-    return _extern("tl::mbarrier_arrive", _address(barrier))
+def barrier_arrive(mbarrier):
+    """Every thread that runs this arrives once on `mbarrier` (`bar` or `bar[i]`)."""
+    _check_barrier(mbarrier, "T.barrier_arrive")
+    return _extern("tl::mbarrier_arrive", _address(mbarrier))
 
 
-def barrier_wait(barrier, parity):
-    """Wait until the phase of `barrier` with parity `parity` (0 or 1) has completed."""
-    _check_barrier(barrier, "T.barrier_wait")
-    return _extern("tl::mbarrier_wait", _address(barrier), tirx.Cast("uint32", parity))
+def barrier_wait(mbarrier, parity):
+    """Wait until the phase of `mbarrier` with parity `parity` (0 or 1) has completed."""
+    _check_barrier(mbarrier, "T.barrier_wait")
+    return _extern("tl::mbarrier_wait", _address(mbarrier), tirx.Cast("uint32", parity))
 
 
 # TileLang's mbarrier_* spellings of the same operations (its low-level names).

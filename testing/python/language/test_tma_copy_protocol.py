@@ -269,3 +269,19 @@ def test_split_gemm_on_gpu(options):
     a = torch.randn(128, 256, device="cuda", dtype=torch.float16)
     b = torch.randn(256, 128, device="cuda", dtype=torch.float16)
     torch.testing.assert_close(kernel(a, b), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_public_keyword_names():
+    # The public names of the arguments: mbarrier=, parity=.
+    @T.prim_func
+    def main(A: T.Tensor((128, 64), "float16"), C: T.Tensor((128, 64), "float16")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((128, 64), "float16")
+            full = T.alloc_barrier(arrive_count=128)
+            T.tma_copy(A[0:128, 0:64], A_s, barrier=full)
+            T.barrier_arrive(mbarrier=full)
+            T.barrier_wait(mbarrier=full, parity=0)
+            T.mbarrier_wait_parity(mbarrier=full, parity=0)
+            T.copy(A_s, C)
+
+    assert barrier_protocol_problems(_lower(main), [0], 1) == []
