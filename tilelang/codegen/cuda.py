@@ -91,6 +91,7 @@ def device_source(lowered) -> str:
 
 
 def _generated_source(lowered) -> str:
+    vectors.refuse_sub_byte_buffers(lowered.device_mod)
     # Intrinsics become the template calls they stand for (`templates.py`), just before TVM's codegen.
     device_mod, kernels = templates.spell(lowered.device_mod)
     device_mod = vectors.spell(device_mod)  # fp8 vector casts and broadcasts TVM would print wrong

@@ -13,6 +13,9 @@ such vector becomes a call of the header's helper, which converts each lane as t
     T.Broadcast(v: float8_e4m3fn, 16)        ->  tl::vec_broadcast<__nv_fp8_e4m3, 16>(v)
 
 Values TVM prints right are left as they are, so code that compiled before is unchanged.
+
+Buffers of 4-bit values (int4, float4_e2m1fn) it reads two to a byte but stores a byte each, so
+a kernel with one is refused by name before the code generator runs (`refuse_sub_byte_buffers`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import DataType, ir, tirx
 from tvm.backend.cuda.op import cuda_func_call
+
+from tilelang.errors import UserError
 
 # The C++ type of one lane of each dtype a converted vector may have.
 LANE_TYPES = {
@@ -80,6 +85,30 @@ def _broadcast(node: tirx.Broadcast):
     if elem not in FP8 or lanes <= 4:
         return node
     return _call(f"tl::vec_broadcast<{LANE_TYPES[elem]}, {lanes}>", vector, node.value)
+
+
+def refuse_sub_byte_buffers(mod) -> None:
+    """A UserError for a kernel with a buffer of 4-bit values (int4, float4_e2m1fn, ...): TVM's code
+    generator packs two to a byte when it reads them but stores each into a whole byte (clobbering
+    its neighbour), and the host code generator has no type for them, so such kernels would
+    compute wrong values or fail inside TVM."""
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        found = []
+        tvm_ffi.structural_walk(
+            func.body, [(tirx.AllocBuffer, found.append), (tirx.DeclBuffer, found.append)], order="pre"
+        )
+        for node in found:
+            dt = DataType(str(node.buffer.dtype))
+            if dt.bits < 8 and str(dt) != "bool":
+                name = func.attrs.get("global_symbol", gv.name_hint) if func.attrs is not None else gv.name_hint
+                raise UserError(
+                    f"kernel {name}: '{node.buffer.name}' holds {dt.with_lanes(1)} values; tilelang cannot compile "
+                    "tensors or tiles of 4-bit values yet. Keep 4-bit data packed in a uint8 tensor (two values per "
+                    "byte, as torch's float4_e2m1fn_x2 stores them) and unpack it with bit operations (>>, &, "
+                    "T.reinterpret) or a T.import_source helper, as the public dequantize_gemm examples do"
+                )
 
 
 def spell(mod):

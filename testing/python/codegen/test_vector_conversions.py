@@ -18,6 +18,7 @@ import tilelang
 import tilelang.language as T
 from tilelang import env
 from tilelang.codegen import cuda, vectors
+from tilelang.errors import UserError
 from tilelang.op.vectorize import register_lanes
 
 FLOATS = ["float32", "float16", "bfloat16"]
@@ -348,3 +349,37 @@ def scalar_cast(src: str, dst: str, n: int = 4):
 def test_scalar_cast_between_fp8_formats_goes_through_float(src, dst):
     body = _source(scalar_cast(src, dst), "sm_89")
     assert f"(({vectors.LANE_TYPES[dst]})((float)X_ptr[" in body
+
+
+# ---- 4-bit values: refused by name (TVM stores them a byte each but reads two to a byte) --------
+
+
+def four_bit_registers(dtype: str):
+    @T.prim_func
+    def main(X: T.Tensor((128, 8), "int8"), Y: T.Tensor((128, 8), "int8")):
+        with T.Kernel(1, threads=128):
+            tx = T.get_thread_binding()
+            nibbles = T.alloc_local((8,), dtype)
+            for v in T.serial(8):
+                nibbles[v] = T.cast(X[tx, v], dtype)
+            for v in T.serial(8):
+                Y[tx, v] = T.cast(nibbles[v], "int8")
+
+    return main
+
+
+def four_bit_tensor(dtype: str):
+    @T.prim_func
+    def main(X: T.Tensor((64, 64), "float32"), Y: T.Tensor((64, 64), dtype)):
+        with T.Kernel(1, threads=128):
+            for i, j in T.Parallel(64, 64):
+                Y[i, j] = T.cast(X[i, j], dtype)
+
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["int4", "float4_e2m1fn"])
+@pytest.mark.parametrize("kernel,name", [(four_bit_registers, "nibbles"), (four_bit_tensor, "Y")])
+def test_four_bit_buffers_are_refused_by_name(kernel, name, dtype):
+    with pytest.raises(UserError, match=rf"'{name}' holds {dtype} values; tilelang cannot compile[\s\S]*uint8"):
+        tilelang.compile(kernel(dtype), target="sm_90a").get_kernel_source()
