@@ -28,6 +28,7 @@ from tilelang.transform.collect_register_hints import collect_register_hints
 from tilelang.transform.common import collect
 from tilelang.transform.consumer_barriers import consumer_barriers
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
+from tilelang.transform.expose_to_merge import expose_to_merge, restore_after_merge
 from tilelang.transform.fold_accumulator_clear import fold_accumulator_clear
 from tilelang.transform.infer_layout import infer_layout
 from tilelang.transform.inject_cp_async_pipelines import inject_cp_async_pipelines
@@ -137,7 +138,11 @@ def _tvm_passes(options: CompileOptions, target):
         *([("align_shared_tiles", _apply_to_funcs(align_shared_tiles))] if hopper else []),
         # One dynamic shared-memory block per kernel; the launcher raises the limit past 48 KB.
         # Tiles whose lifetimes do not overlap may share bytes, so this comes before the barriers.
+        # Around it, what its liveness walk misreads is made plain to it: a binding that reads
+        # memory, a statement touching two tiles (which must not share bytes), tiles of 32 bits.
+        ("expose_to_merge", _apply_to_funcs(expose_to_merge)),
         ("merge_shared_memory", s_tir.transform.MergeSharedMemoryAllocations()),
+        ("restore_after_merge", _apply_to_funcs(restore_after_merge)),
         # Barriers go in once all shared-memory accesses are explicit loads and stores of the merged
         # block, so a tile reusing another's bytes waits for that tile's last readers.
         # Branches of the first n threads: barriers around them, their condition hidden from TVM's

@@ -1,0 +1,25 @@
+"""The kernels of test_expose_to_merge.py on the GPU: a binding of a T.alloc_var at the kernel's top,
+a statement reading one tile while writing another (which must not share its bytes), and a one-element
+count merged beside a tile."""
+
+import pytest
+import torch
+from test_expose_to_merge import count_beside_a_tile, group_offset_then_tiles
+
+import tilelang
+
+pytestmark = pytest.mark.gpu
+
+
+def test_group_offset_then_tiles():
+    a = torch.tensor([1, 2, 3, 4], dtype=torch.int32, device="cuda")  # off = 2 * 10 = 20
+    x = torch.randn(256, device="cuda")
+    b = tilelang.compile(group_offset_then_tiles, out_idx=[-1])(a, x)
+    s = x[20:148]  # S[i] = X[i + off]
+    torch.testing.assert_close(b, s.flip(0) + s)
+
+
+def test_count_beside_a_tile():
+    a = torch.randint(-9, 10, (128,), dtype=torch.int32, device="cuda")
+    b = tilelang.compile(count_beside_a_tile, out_idx=[-1])(a)
+    torch.testing.assert_close(b, a.flip(0) + int(a[0]) % 8)
