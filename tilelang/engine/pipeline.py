@@ -30,6 +30,7 @@ from tilelang.transform.consumer_barriers import consumer_barriers
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.expose_to_merge import expose_to_merge, restore_after_merge
 from tilelang.transform.fold_accumulator_clear import fold_accumulator_clear
+from tilelang.transform.hoist_shared_reads import hoist_shared_reads
 from tilelang.transform.infer_layout import infer_layout
 from tilelang.transform.inject_cp_async_pipelines import inject_cp_async_pipelines
 from tilelang.transform.inject_tma_pipelines import inject_tma_pipelines
@@ -145,6 +146,9 @@ def _tvm_passes(options: CompileOptions, target):
         ("restore_after_merge", _apply_to_funcs(restore_after_merge)),
         # Barriers go in once all shared-memory accesses are explicit loads and stores of the merged
         # block, so a tile reusing another's bytes waits for that tile's last readers.
+        # Reads of shared memory in an `if` condition or a loop bound, which TVM's barrier
+        # insertion does not expect, are bound just before their statement.
+        ("hoist_shared_reads", _apply_to_funcs(hoist_shared_reads)),
         # Branches of the first n threads: barriers around them, their condition hidden from TVM's
         # barrier insertion and put back after it, with the barriers inside over the n threads.
         ("expose_thread_branches", _apply_to_funcs(expose_thread_branches)),
