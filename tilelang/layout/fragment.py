@@ -183,19 +183,31 @@ class Fragment:
         )
 
     def is_equivalent(self, other: Fragment) -> bool:
-        """Same shape, threads, holders and register index for every element."""
+        """Same shape, threads, holders and register index for every element (the holders' digit
+        ranges may be written differently: [(1, 64), (64, 2)] and [(1, 128)] are the same)."""
         if tuple(self.shape) != tuple(other.shape) or self.num_threads != other.num_threads:
             return False
-        if sorted(self.groups) != sorted(other.groups):
+        if self.replicate != other.replicate:
             return False
         a_base, a_index = self.tables()
         b_base, b_index = other.tables()
-        return bool(np.array_equal(a_base, b_base) and np.array_equal(a_index, b_index))
+        if not (np.array_equal(a_base, b_base) and np.array_equal(a_index, b_index)):
+            return False
+        if sorted(self.groups) == sorted(other.groups):
+            return True
+        points = grid(self.shape)
+        return bool(
+            np.array_equal(np.sort(self.holder_threads(points), axis=0), np.sort(other.holder_threads(points), axis=0))
+        )
 
     def is_injective(self) -> bool:
         """Whether no two elements share a (holder, register) pair."""
         base, index = self.tables()
         return len(set(zip(base.tolist(), index.tolist()))) == base.size
+
+    def is_fully_replicated(self) -> bool:
+        """Whether every thread holds every element (a value read outside loops, `if mask[k]:`)."""
+        return self.replicate == self.num_threads and bool((self.tables()[0] == 0).all())
 
     def __str__(self) -> str:
         args = ", ".join(v.name for v in self.vars)
@@ -231,6 +243,45 @@ def partition(shape, num_threads: int, vector_size: int = 1) -> Fragment:
     )
 
 
+def fully_replicated(shape, num_threads: int) -> Fragment:
+    """Every thread holds the whole tile, row-major in its registers: the layout of a fragment read
+    outside loops and tile ops (`if mask[k]:`, `x = scale[0]`), where every thread reads it."""
+    vars_ = placeholder_vars(len(shape), "j")
+    flat = _c(0)
+    for v, n in zip(vars_, shape):
+        flat = flat * _c(n) + v
+    return Fragment(tuple(shape), vars_, _c(0), sym.Analyzer().simplify(flat), num_threads, [(1, num_threads)])
+
+
+def with_held_dims(frag: Fragment, shape, spread_dims) -> Fragment:
+    """A layout of a tile of `shape` from `frag`, the layout of its dimensions `spread_dims` (in order;
+    none: `frag` is the layout of a [1] tile): each holder of an element of `frag` also holds every
+    element that differs from it in the other dimensions (the held ones), in further registers,
+    held-major. The layout of `lse[k, i]` touched in a loop over i with k from an enclosing loop:
+    the thread running i holds lse[:, i]."""
+    vars_ = placeholder_vars(len(shape), "j")
+    spread_vars = [vars_[d] for d in spread_dims] or [_c(0)]
+    mapping = dict(zip(frag.vars, spread_vars))
+    flat = _c(0)
+    for d, n in enumerate(shape):
+        if d not in spread_dims:
+            flat = flat * _c(n) + vars_[d]
+    index = flat * _c(frag.local_size) + substitute(frag.index, mapping)
+    ana = sym.Analyzer()
+    for v, n in zip(vars_, shape):
+        ana.bind(v, ir.Range(0, n))
+    vec = frag.vector_size if len(shape) - 1 in spread_dims else 1
+    return Fragment(
+        tuple(shape),
+        vars_,
+        ana.simplify(substitute(frag.base, mapping)),
+        ana.simplify(index),
+        frag.num_threads,
+        list(frag.groups),
+        vec,
+    )
+
+
 class IrregularLayout(Exception):
     """A layout whose holders of a reduced row do not form digit ranges of the thread id."""
 
@@ -253,17 +304,16 @@ def _digit_groups(offsets: np.ndarray):
 
 def reduced(src: Fragment, dim: int) -> Fragment:
     """The layout of the result of reducing `src` along `dim`: element e is held by every thread
-    that held part of the reduced row of e, at one register slot per row.
+    that held part of the reduced row of e, at one register slot per row. A replicated source
+    (an operand every warp along N holds) gives each of its copies the whole result: the row's
+    threads' digit ranges (`reduced_groups`), then the source's own.
 
     Raises IrregularLayout when those threads do not form the same digit ranges for every row.
     """
-    if src.groups:
-        raise IrregularLayout("the source of a reduction must not be replicated")
     ndim = len(src.shape)
     keep = [d for d in range(ndim) if d != dim]
     out_shape = tuple(src.shape[d] for d in keep) or (1,)
-    threads = evaluate(src.base, dict(zip(src.vars, grid(src.shape)))).reshape(src.shape)
-    rows = np.moveaxis(threads, dim, -1).reshape(-1, src.shape[dim])  # [out elements, reduced]
+    rows = _row_threads(src, dim)
     out_vars = placeholder_vars(len(out_shape), "k")
     point = []
     it = iter(out_vars)
@@ -272,7 +322,28 @@ def reduced(src: Fragment, dim: int) -> Fragment:
     if not keep:
         point = [_c(0) if d == dim else None for d in range(ndim)]
     first_thread, first_index = src.map(point)
-    return replicated(out_shape, out_vars, first_thread, first_index, rows, src.num_threads)
+    out = replicated(out_shape, out_vars, first_thread, first_index, rows, src.num_threads)
+    if src.groups:
+        out = Fragment(out.shape, out.vars, out.base, out.index, out.num_threads, out.groups + list(src.groups))
+        if not is_invertible(out):
+            raise IrregularLayout("the source's copies and the threads of a row do not combine into digit ranges")
+    return out
+
+
+def _row_threads(src: Fragment, dim: int) -> np.ndarray:
+    """[out elements, reduced]: the (first) holder of each element of each row along `dim`."""
+    points = grid(src.shape)
+    threads = np.broadcast_to(evaluate(src.base, dict(zip(src.vars, points))), points[0].shape).reshape(src.shape)
+    return np.moveaxis(threads, dim, -1).reshape(-1, src.shape[dim])
+
+
+def reduced_groups(src: Fragment, dim: int) -> list:
+    """The digit ranges of the thread id over which a reduction of `src` along `dim` combines the
+    parts of a row (each copy of a replicated source on its own): [(stride, count)].
+
+    Raises IrregularLayout when the rows' threads are not such ranges."""
+    rows = _row_threads(src, dim)
+    return _digit_groups(rows[0] - rows[0].min())
 
 
 def replicated(out_shape, out_vars, first_thread, first_index, holders: np.ndarray, num_threads: int) -> Fragment:
@@ -298,8 +369,8 @@ def replicated(out_shape, out_vars, first_thread, first_index, holders: np.ndarr
         raise IrregularLayout("the lowest holder of a row is not the row's first holder with digits cleared")
     # One register slot per row: the first element's register, compacted to a dense range.
     first = evaluate(first_index, dict(zip(out_vars, grid(out_shape)))).reshape(-1) * np.ones_like(lows)
-    candidate = Fragment(out_shape, out_vars, base, _dense(first_index, first), num_threads, groups)
-    if not candidate.is_injective() or not _invertible(candidate):  # fall back to one slot per element
+    candidate = Fragment(out_shape, out_vars, base, compact_index(first_index, first), num_threads, groups)
+    if not candidate.is_injective() or not is_invertible(candidate):  # fall back to one slot per element
         flat = _c(0)
         for v, n in zip(out_vars, out_shape):
             flat = flat * _c(n) + v
@@ -307,7 +378,7 @@ def replicated(out_shape, out_vars, first_thread, first_index, holders: np.ndarr
     return candidate
 
 
-def _dense(index, values: np.ndarray):
+def compact_index(index, values: np.ndarray):
     """`index` renumbered onto 0..n-1 when its values form digit ranges (e.g. registers {0, 2, 64,
     66} of a row's first element -> {0, 1, 2, 3}); else divided by their common stride."""
     try:
@@ -324,7 +395,8 @@ def _dense(index, values: np.ndarray):
     return sym.Analyzer().simplify(tirx.floordiv(index, _c(step))) if step > 1 else index
 
 
-def _invertible(frag: Fragment) -> bool:
+def is_invertible(frag: Fragment) -> bool:
+    """Whether TVM's iter-map arithmetic inverts the layout (`Fragment.inverse`), as lowering needs."""
     try:
         frag.inverse()
         return True

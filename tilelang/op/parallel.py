@@ -3,9 +3,14 @@
 Layout rules (used by `transform/infer_layout.py`):
   * from a fragment (common level): iteration e runs on a thread holding the fragment element it
     touches; for a replicated fragment, on every holder (a replicated loop);
+  * from a fragment that does not cover the loop (wide free search): the iterations touching one
+    element are dealt out over its holders, or all run on each (`loop_layouts_following`);
   * to a fragment: a loop that touches a fragment with no layout yet, with its own loop variables
-    in some order, gives it the loop's layout;
+    in some order, gives it the loop's layout; dimensions indexed by constants or by variables
+    from outside the nest are held whole by each thread;
   * free level: the plain spread over the threads (`layout.fragment.partition`), vectorized.
+Indices may mix the nest's variables with variables from outside it (`Split`): the checks run
+over every value those can take with the element in bounds.
 
 Lowering: a thread visits the iterations it owns by inverting the loop layout: register index r
 runs over the thread's iterations, `inverse(thread, r)` gives the logical iteration. The innermost
@@ -21,15 +26,16 @@ import math
 
 import numpy as np
 import tvm_ffi
-from tvm import ir, tirx
+from tvm import ir, sym, tirx
 
 from tilelang import intrinsics
 from tilelang.errors import at_span
 from tilelang.layout import fragment as fl
-from tilelang.layout.evaluate import evaluate, grid
+from tilelang.layout.evaluate import NotEvaluable, evaluate, grid
 from tilelang.op import copy as copy_op
-from tilelang.op.loops import split_parallel_nest
+from tilelang.op.loops import is_parallel, split_parallel_nest
 from tilelang.op.vectorize import plan_vector_size
+from tilelang.utils.ir import i32 as _c
 from tilelang.utils.ir import is_if_then_else
 
 
@@ -38,13 +44,17 @@ class LoopNode:
 
     kind = "parallel"
 
-    def __init__(self, loop, threads):
+    def __init__(self, loop, threads, analyzer=None):
         self.loop = loop
         self.span = loop.span
         self.vars, self.extents, self.body = split_parallel_nest(loop)
         self.thread_expr, self.num_threads = threads
         self.layout = None
         self.accesses = []  # (buffer, indices, is_store) of fragments
+        # Knows the enclosing loops' ranges (the scope's analyzer), and below the nest's own and its
+        # inner serial loops': an index such as `jj * 4 + j` splits by them (`Split`).
+        self.analyzer = analyzer if analyzer is not None else sym.Analyzer()
+        self._splits = {}
 
         def on_load(ld):
             if ld.source.scope() == "local.fragment":
@@ -54,7 +64,19 @@ class LoopNode:
             if st.buffer.scope() == "local.fragment":
                 self.accesses.append((st.buffer, list(st.indices), True))
 
-        tvm_ffi.structural_walk(self.body, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store)])
+        def on_for(f):
+            self._bind(f.loop_var, f.min, f.extent)
+
+        tvm_ffi.structural_walk(self.body, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store), (tirx.For, on_for)])
+        if not self.is_dynamic:
+            for v, e in zip(self.vars, self.extents):
+                self._bind(v, tirx.const(0, str(v.ty.dtype)), e)
+
+    def _bind(self, var, start, extent):
+        try:
+            self.analyzer.bind(var, ir.Range.from_min_extent(start, extent))
+        except Exception:  # noqa: BLE001 (bound already, by the scope that visited this loop first)
+            pass
 
     @property
     def is_dynamic(self) -> bool:
@@ -74,8 +96,147 @@ class LoopNode:
                 seen.append(b)
         return seen
 
+    def split(self, indices, shape) -> Split:
+        """The `Split` of one of `accesses`' index lists (computed once)."""
+        key = id(indices)
+        if key not in self._splits:
+            self._splits[key] = Split(self, indices, shape)
+        return self._splits[key]
+
     def describe(self) -> str:
         return f"T.Parallel loop of shape [{', '.join(str(e) for e in self.extents)}]"
+
+
+class Split:
+    """A fragment's indices in a T.Parallel nest, each split as `outer + inner`: `inner` a function of
+    the nest's variables alone, `outer` free of them (an enclosing or inner serial loop's variable,
+    a constant). `offsets[d]` lists the values outer[d] takes with the element inside the
+    fragment; the nest touches element `outer + inner(point)` for every combination of them.
+
+    `lse[k, i]` in a loop over i, k from an enclosing loop over 4: outer (k, 0), inner (0, i),
+    offsets ([0, 1, 2, 3], [0]). Raises NotEvaluable when an index does not split that way
+    (`(k * 128 + i) % 256`) or its inner part reads memory.
+    """
+
+    def __init__(self, node: LoopNode, indices, shape):
+        ana = node.analyzer
+        zero = {v: tirx.const(0, str(v.ty.dtype)) for v in node.vars}
+        env = dict(zip(node.vars, grid(node.shape)))
+        npoints = int(np.prod(node.shape))
+        self._vars = node.vars
+        self.indices, self.outer, self.inner, self.values, self.offsets = list(indices), [], [], [], []
+        for idx, n in zip(indices, shape):
+            outer = ana.simplify(fl.substitute(idx, zero)) if _uses(idx, node.vars) else idx
+            inner = ana.simplify(idx - outer) if _uses(idx, node.vars) else tirx.const(0, "int32")
+            others = _free_vars(inner, node.vars)
+            if others:
+                raise NotEvaluable(f"index {idx} whose {others[0]} does not separate from the loop's variables")
+            values = np.broadcast_to(evaluate(inner, env), (npoints,))
+            self.outer.append(outer)
+            self.inner.append(inner)
+            self.values.append(values)
+            self.offsets.append(_offsets(outer, int(n) - int(values.max()) - 1, -int(values.min()), ana))
+
+    @property
+    def varies(self) -> bool:
+        """Whether the nest touches different elements from one run to the next (outer variables)."""
+        return any(len(o) > 1 for o in self.offsets)
+
+    @property
+    def combinations(self) -> int:
+        return int(np.prod([len(o) for o in self.offsets]))
+
+    def elements(self):
+        """The touched elements' indices, per dimension: arrays over (point, offset combination),
+        point-major, `combinations` consecutive entries per point."""
+        combos = [c.reshape(-1) for c in np.meshgrid(*self.offsets, indexing="ij")]
+        return [(v[:, None] + c[None, :]).reshape(-1) for v, c in zip(self.values, combos)]
+
+    def representative(self):
+        """The indices with each outer part at its first offset: expressions of the nest's variables."""
+        return [
+            idx if isinstance(o, tirx.IntImm) else inner + tirx.const(int(offs[0]), str(inner.ty.dtype))
+            for idx, o, inner, offs in zip(self.indices, self.outer, self.inner, self.offsets)
+        ]
+
+    def loop_dims(self):
+        """For each dimension: the position of the nest variable that alone indexes it (`frag[.., i, ..]`),
+        -1 for a constant or outer-only index, None for anything else."""
+        out = []
+        for idx in self.indices:
+            if not _uses(idx, self._vars):
+                out.append(-1)
+            elif isinstance(idx, ir.Var):
+                out.append(next(k for k, v in enumerate(self._vars) if idx.same_as(v)))
+            else:
+                out.append(None)
+        return out
+
+
+def outer_variables(indices, node: LoopNode) -> list:
+    """Names of the variables other than the nest's in `indices` (from loops around it)."""
+    names = []
+    for idx in indices:
+        names += [n for n in _free_vars(idx, node.vars) if n not in names]
+    return names
+
+
+def _uses(expr, variables) -> bool:
+    """Whether `expr` uses any of `variables`."""
+    found = []
+
+    def on_var(v):
+        if any(v.same_as(u) for u in variables):
+            found.append(v)
+
+    tvm_ffi.structural_walk(expr, [(ir.Var, on_var)])
+    return bool(found)
+
+
+def _free_vars(expr, variables) -> list:
+    """Names of the variables of `expr` other than `variables` (buffers aside)."""
+    found = []
+
+    def on_var(v):
+        if not any(v.same_as(u) for u in variables) and not tirx.is_buffer_var(v):
+            found.append(v.name)
+
+    tvm_ffi.structural_walk(expr, [(ir.Var, on_var)])
+    return found
+
+
+def _offsets(outer, high: int, low: int, analyzer) -> np.ndarray:
+    """The values of `outer` in [low, high] (those that keep the element in bounds) that the
+    analyzer allows (its bounds and stride); the whole range when it knows nothing."""
+    if isinstance(outer, tirx.IntImm):
+        return np.array([int(outer.value)], dtype=np.int64)
+    if high < low:
+        return np.array([max(low, 0)], dtype=np.int64)  # out of bounds however it is read: checked elsewhere
+    bound = analyzer.const_int_bound(outer)
+    lo, hi = max(low, int(bound.min_value)), min(high, int(bound.max_value))
+    mod = analyzer.modular_set(outer)
+    values = np.arange(lo, hi + 1, dtype=np.int64)
+    coeff, base = int(mod.coeff), int(mod.base)
+    values = values[values == base] if coeff == 0 else values[(values - base) % coeff == 0]
+    return values if values.size else np.arange(low, high + 1, dtype=np.int64)
+
+
+def with_static_extents(loop, analyzer):
+    """The nest `loop` with each extent that `analyzer` folds to a constant written as that constant
+    (`T.copy(acc, Out[b, H0:H1])` with H1 bound to H0 + 64 loops over H1 - H0 = 64), so that it gets a
+    layout like any loop over a tile."""
+    loop_vars, extents, body = split_parallel_nest(loop)
+    folded = [analyzer.simplify(e) if not isinstance(e, tirx.IntImm) else e for e in extents]
+    if all(f.same_as(e) for f, e in zip(folded, extents)) or not all(isinstance(f, tirx.IntImm) for f in folded):
+        return loop
+    fors = []
+    node = loop
+    while is_parallel(node):
+        fors.append(node)
+        node = node.body
+    for f, extent in zip(reversed(fors), reversed(folded)):
+        body = tirx.For(f.loop_var, f.min, extent, f.kind, body, f.thread_binding, f.annotations, span=f.span)
+    return body
 
 
 def _is_identity(indices, node) -> bool:
@@ -84,9 +245,29 @@ def _is_identity(indices, node) -> bool:
     )
 
 
+def _same_threads_for_every_offset(frag: fl.Fragment, split: Split) -> bool:
+    """Whether each point's element lives on the same threads whatever the outer variables' values."""
+    if not split.varies:
+        return True
+    base = evaluate(frag.base, dict(zip(frag.vars, split.elements())))
+    base = np.broadcast_to(base, (split.values[0].size * split.combinations,)).reshape(-1, split.combinations)
+    return bool((base == base[:, :1]).all())
+
+
 def loop_layout_from(frag: fl.Fragment, indices, node: LoopNode, analyzer) -> fl.Fragment:
     """The loop layout under which iteration `node.vars` runs on the holders of `frag[indices]`."""
-    mapping = dict(zip(frag.vars, indices))
+    if frag.num_threads != node.num_threads:
+        # A fragment of a thread branch (`if tx < n:`) read by the whole block: the other threads
+        # would run iterations with no element to touch (the caller reports the mismatch).
+        raise at_span(f"layout inference: the {node.describe()} runs on threads its fragment does not span", node.span)
+    split = node.split(indices, frag.shape)
+    if not _same_threads_for_every_offset(frag, split):
+        raise at_span(
+            f"layout inference: the {node.describe()} touches a fragment at [{', '.join(str(i) for i in indices)}], "
+            f"whose elements live on other threads for other values of the variables outside the loop",
+            node.span,
+        )
+    mapping = dict(zip(frag.vars, split.representative()))
     base = analyzer.simplify(fl.substitute(frag.base, mapping))
     index = analyzer.simplify(fl.substitute(frag.index, mapping))
     vec = 1
@@ -103,11 +284,71 @@ def loop_layout_from(frag: fl.Fragment, indices, node: LoopNode, analyzer) -> fl
     return layout
 
 
+def loop_layouts_following(frag: fl.Fragment, indices, node: LoopNode) -> list:
+    """Loop layouts that run each iteration on a holder of `frag[indices]` when the indices leave some
+    of the loop's variables out (`scores_max[h]` read in a loop over (h, k)): the iterations that
+    read one element are dealt out over its holders, round-robin, when they divide evenly (each
+    runs once), else every holder runs them all (a replicated loop). Empty when the indices use
+    every loop variable (`loop_layout_from`) or nothing fits."""
+    split = node.split(indices, frag.shape)
+    used = [k for k, v in enumerate(node.vars) if any(_uses(i, [v]) for i in split.inner)]
+    unused = [k for k in range(len(node.vars)) if k not in used]
+    if not unused or frag.num_threads != node.num_threads or not _same_threads_for_every_offset(frag, split):
+        return []  # (a fragment of a thread branch, `if tx < n:`, cannot give the whole block's loop its threads)
+    mapping = dict(zip(frag.vars, split.representative()))
+    ana = node.analyzer
+    base = ana.simplify(fl.substitute(frag.base, mapping))
+    index = ana.simplify(fl.substitute(frag.index, mapping))
+    points = grid(node.shape)
+    index = fl.compact_index(index, np.broadcast_to(evaluate(index, dict(zip(node.vars, points))), points[0].shape))
+    rest, count = _c(0), 1
+    for k in unused:
+        rest = rest * _c(node.shape[k]) + node.vars[k]
+        count *= node.shape[k]
+    out, reps = [], frag.replicate
+    if reps > 1 and count % reps == 0:
+        thread = base + fl.spread(tirx.floormod(rest, _c(reps)), frag.groups)
+        order = index * _c(count // reps) + tirx.floordiv(rest, _c(reps))
+        out.append(
+            fl.Fragment(node.shape, list(node.vars), ana.simplify(thread), ana.simplify(order), frag.num_threads)
+        )
+    # Every holder runs them all, the innermost loop variable innermost in its registers: vectorized
+    # along it when it is one of the left-out ones.
+    vec = plan_vector_size(node.vars, node.extents, node.body, ana) if unused[-1] == len(node.vars) - 1 else 1
+    order = ana.simplify(index * _c(count) + rest)
+    out.append(fl.Fragment(node.shape, list(node.vars), base, order, frag.num_threads, list(frag.groups), vec))
+    return [lay for lay in out if lay.is_injective() and fl.is_invertible(lay)]
+
+
 def fragment_layout_from(node: LoopNode, indices, buffer, is_store: bool = False) -> fl.Fragment:
-    """The layout that the loop's layout gives `buffer`, touched at `indices` (the loop variables
-    in some order, over the fragment's whole shape): element e lives where the iteration touching
-    it runs."""
+    """The layout that the loop's layout gives `buffer`, touched at `indices`: element e lives where
+    the iteration touching it runs. A dimension indexed by a loop variable is spread like it (over
+    the fragment's whole extent); one indexed by a constant or by variables from outside the loop
+    (`lse[k, i]` in a loop over i) is held whole by each of those threads (`fragment.with_held_dims`)."""
     shape = tuple(int(s) for s in buffer.shape)
+    try:
+        split = node.split(indices, shape)
+        dims = split.loop_dims()
+    except NotEvaluable:
+        dims = [None]
+    held = [d for d, k in enumerate(dims) if k == -1 and not (shape[d] == 1 and _is_zero(indices[d]))]
+    if None in dims or not held:
+        return _spread_layout(node, indices, shape, buffer.name, is_store)
+    spread = [d for d in range(len(shape)) if d not in held]
+    if spread:
+        sub = _spread_layout(node, [indices[d] for d in spread], tuple(shape[d] for d in spread), buffer.name, is_store)
+    else:  # only constants and outer variables: held by every thread running the loop
+        sub = _spread_layout(node, [tirx.const(0, "int32")], (1,), buffer.name, is_store)
+    return fl.with_held_dims(sub, shape, spread)
+
+
+def _is_zero(expr) -> bool:
+    return isinstance(expr, tirx.IntImm) and expr.value == 0
+
+
+def _spread_layout(node: LoopNode, indices, shape, name: str, is_store: bool) -> fl.Fragment:
+    """`fragment_layout_from` for indices that are the loop's variables (each at most once) and
+    zeros of unit dimensions."""
     perm = []  # for each fragment dim: the loop var indexing it, or -1 for a unit dim indexed by 0
     for idx, n in zip(indices, shape):
         hit = [k for k, v in enumerate(node.vars) if isinstance(idx, ir.Var) and idx.same_as(v)]
@@ -126,13 +367,16 @@ def fragment_layout_from(node: LoopNode, indices, buffer, is_store: bool = False
         layout = _replicated_layout_from(node, perm, shape)
         if layout is not None:
             return layout
+    # A loop longer than the dimension it indexes (`sinks[i]` for i < 64 of a [1] fragment): the
+    # fragment is laid out over the loop's extent, as the public TileLang does (infer_layout warns).
+    shape = tuple(max(n, node.shape[k]) if k is not None and k >= 0 else n for k, n in zip(perm, shape))
     if (
         None in perm
         or sorted(used) != list(range(len(node.vars)))
         or any(node.shape[k] != n for k, n in zip(perm, shape) if k >= 0)
     ):
         raise at_span(
-            f"layout inference: cannot derive a layout for fragment '{buffer.name}' of shape {list(shape)} "
+            f"layout inference: cannot derive a layout for fragment '{name}' of shape {list(shape)} "
             f"from a {node.describe()} indexing it as [{', '.join(str(i) for i in indices)}]; index a "
             f"fragment with the loop variables of a loop over its own shape",
             node.span,
@@ -185,22 +429,24 @@ def _replicated_layout_from(node: LoopNode, perm, shape) -> fl.Fragment | None:
         return None
 
 
-def runs_where_held(loop_layout: fl.Fragment, frag: fl.Fragment, indices, loop_vars) -> bool:
-    """Does every thread that runs an iteration hold the fragment element that iteration touches?"""
-    points = grid(loop_layout.shape)
-    env = dict(zip(loop_vars, points))
-    elem = [evaluate(i, env).reshape(-1) * np.ones_like(points[0]) for i in indices]
-    runners = loop_layout.holder_threads([p for p in points])
+def _touched(loop_layout: fl.Fragment, split: Split):
+    """(runners, elements): the threads running each (point, offset combination), [loop replicas, n],
+    and the element each touches."""
+    runners = loop_layout.holder_threads(grid(loop_layout.shape))
+    return np.repeat(runners, split.combinations, axis=1), split.elements()
+
+
+def runs_where_held(loop_layout: fl.Fragment, frag: fl.Fragment, indices, node: LoopNode) -> bool:
+    """Does every thread that runs an iteration hold the fragment element that iteration touches
+    (for every value of the variables from outside the loop)?"""
+    runners, elem = _touched(loop_layout, node.split(indices, frag.shape))
     return all(bool(frag.holds(row, elem).all()) for row in runners)
 
 
-def writes_every_copy(loop_layout: fl.Fragment, frag: fl.Fragment, indices, loop_vars) -> bool:
+def writes_every_copy(loop_layout: fl.Fragment, frag: fl.Fragment, indices, node: LoopNode) -> bool:
     """Does every holder of the fragment element an iteration writes run that iteration? (A write
     to a replicated fragment must reach all its copies.)"""
-    points = grid(loop_layout.shape)
-    env = dict(zip(loop_vars, points))
-    elem = [evaluate(i, env).reshape(-1) * np.ones_like(points[0]) for i in indices]
-    runners = loop_layout.holder_threads(points)  # [loop replicas, iterations]
+    runners, elem = _touched(loop_layout, node.split(indices, frag.shape))
     holders = frag.holder_threads(elem)  # [fragment replicas, iterations]
     return bool((holders[:, None, :] == runners[None, :, :]).any(axis=1).all())
 

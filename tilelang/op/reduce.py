@@ -197,8 +197,9 @@ def _lower_fragment(red: Reduce, ctx) -> tirx.Stmt:
     if not (isinstance(valid, tirx.IntImm) and valid.value == 1):
         fold = tirx.IfThenElse(valid, fold, None)
     stmts.append(tirx.For(r, _c(0), _c(src_l.local_size), tirx.ForKind.UNROLLED, fold))
-    # 2. across the threads of each row: lanes of a warp by shuffles, then warps through shared memory.
-    for stride, count in _split_at_warp(dst_l.groups):
+    # 2. across the threads of each row: lanes of a warp by shuffles, then warps through shared memory
+    # (each copy of a replicated source on its own: combining copies would count elements twice).
+    for stride, count in _split_at_warp(fl.reduced_groups(src_l, red.dim)):
         stmts.append(_combine_group(red, ctx, acc, slots, stride, count))
     # 3. write the result.
     combine = tirx.BufferLoad(acc, [s])

@@ -2,13 +2,23 @@
 
 Three levels, as in TileLang, each a function of its own:
   strict  layouts fixed by the user (`T.annotate_layout`, `T.Parallel(loop_layout=...)`) or an
-          instruction; they are set first and never changed;
+          instruction; they are set first and never changed. A fragment touched outside loops
+          and tile ops (`if mask[k]:`, `total += s[0]`) is read there by every thread: every
+          thread holds all of it;
   common  breadth-first propagation: a loop touching a fragment with a layout runs each iteration
           where its element lives and gives its layout to the other fragments it touches; a
           reduction gives its destination the reduced layout of its source;
   free    what remains is grouped into connected components (ops sharing fragments); each
           component tries every loop as its root with the plain spread over the threads, and
-          keeps the attempt that needs the fewest registers; then common again.
+          keeps the attempt that needs the fewest registers; then common again. When no attempt
+          fits, a wider search lets loops follow fragments that do not cover them (`m[h]` in a
+          loop over (h, k): row h's iterations on m[h]'s holders) and visits first the loops that
+          touch laid-out fragments.
+
+A fragment may be indexed by variables from outside the nest (`lse[k, i]`, `x[i, jj * 4 + j]`,
+k and jj from loops around it): a loop follows it if the elements it touches stay on the same
+threads for every value of those variables, and a fragment laid out from such a loop holds the
+dimensions they index whole in each thread (`op/parallel.py` Split).
 
 Before:  for i, j in T.Parallel(128, 64): C_f[i, j] = A_s[i, j]        (128 threads)
 After:   the loop carries annotation `tl.loop_layout` (thread = (i*64+j)//4 % 128, vector 4) and the
@@ -17,7 +27,8 @@ After:   the loop carries annotation `tl.loop_layout` (thread = (i*64+j)//4 % 12
 
 A loop over a dynamic extent (`T.Parallel(m)`, or a copy between global regions of dynamic size)
 has no layout to infer: it is annotated `dynamic` and runs in rounds over the threads; it may not
-touch fragments.
+touch fragments. (An extent the scope makes constant, `H1 - H0` with H1 bound to H0 + 64, is
+folded first.)
 
 Requires: copies and fills expanded to loops. Guarantees: every parallel loop and every fragment
 has a layout, or a UserError names the fragment, the uses that disagree and their lines.
@@ -25,10 +36,12 @@ has a layout, or a UserError names the fragment, the uses that disagree and thei
 
 from __future__ import annotations
 
+import logging
+
 import tvm_ffi
 from tvm import ir, tirx
 
-from tilelang.errors import at_span
+from tilelang.errors import at_span, describe_span
 from tilelang.layout import fragment as fl
 from tilelang.layout import layout as sl
 from tilelang.layout.evaluate import NotEvaluable
@@ -43,6 +56,8 @@ DYNAMIC = "dynamic"  # the loop layout of a loop over a dynamic extent: rounds o
 FRAGMENT_LAYOUTS = "tl.fragment_layouts"
 SHARED_LAYOUTS = "tl.shared_layouts"
 ANNOTATED_LAYOUTS = "tl.annotated_layouts"  # set by T.annotate_layout (language/annotations.py)
+
+logger = logging.getLogger("tilelang")
 
 
 class OpNode:
@@ -71,28 +86,57 @@ def _is_loop(node) -> bool:
 
 
 def _collect(func):
+    """(`func` with the extents of its parallel nests folded where the scope makes them constant,
+    its parallel nests and tile ops in program order, the scope's analyzer, the fragments touched
+    outside them: {buffer: (span of the first such statement, threads there, "read" or "written")})."""
     scope = Scope()
-    nodes = []
+    nodes, floating = [], {}
+
+    def touch(stmt, *exprs, stored=None):
+        found = [(stored, "written")] if stored is not None and stored.scope() == "local.fragment" else []
+        for e in exprs:
+            found += [(ld.source, "read") for ld in collect(e, ir.TensorLoad) if ld.source.scope() == "local.fragment"]
+        for b, verb in found:
+            if b not in floating and scope.threads:
+                floating[b] = (stmt.span, scope.thread_var()[1], verb)
 
     def on_for(loop, recurse):
         if is_parallel(loop):
             if not scope.threads:
                 raise at_span("T.Parallel must be inside `with T.Kernel(...)`", loop.span)
-            node = parallel.LoopNode(loop, scope.thread_var())
+            loop = parallel.with_static_extents(loop, scope.analyzer)
+            node = parallel.LoopNode(loop, scope.thread_var(), scope.analyzer)
             if node.is_dynamic:
                 _check_dynamic_loop(node)
             nodes.append(node)
             return loop  # nested parallel loops belong to this nest
+        touch(loop, loop.min, loop.extent)
         return recurse(loop)
 
     def on_eval(stmt, recurse):
         op = base.parse(stmt)
         if op is not None:
             nodes.append(OpNode(op, scope.thread_var()))
+            return stmt
+        touch(stmt, stmt.value)
         return stmt
 
-    mutate_with_scope(func.body, scope, {tirx.For: on_for, tirx.Evaluate: on_eval})
-    return nodes, scope.analyzer
+    def on_store(stmt, recurse):
+        touch(stmt, stmt.value, *stmt.indices, stored=stmt.buffer)
+        return stmt
+
+    def on_if(stmt, recurse):
+        touch(stmt, stmt.condition)
+        return recurse(stmt)
+
+    def on_bind(stmt, recurse):
+        touch(stmt, stmt.value)
+        return recurse(stmt)
+
+    callbacks = {tirx.For: on_for, tirx.Evaluate: on_eval, tirx.BufferStore: on_store, tirx.IfThenElse: on_if}
+    callbacks[tirx.Bind] = on_bind
+    body = mutate_with_scope(func.body, scope, callbacks)
+    return func.with_body(body), nodes, scope.analyzer, floating
 
 
 def _check_dynamic_loop(node):
@@ -118,14 +162,20 @@ class _State:
         self.settled = set()  # OpNodes whose common-level layouts are given
         self.shared = {}  # shared tile -> Layout imposed by an instruction (gemm operand swizzles)
         self.partial = set()  # replicated fragments whose copies hold partial values (reducers)
+        self.floating = {}  # fragments touched outside loops and tile ops -> (span, threads there, verb)
 
     def copy(self):
         other = _State(self.analyzer)
         other.fragments, other.sources, other.loops = dict(self.fragments), dict(self.sources), dict(self.loops)
         other.settled = set(self.settled)
         other.shared = dict(self.shared)
-        other.partial = self.partial
+        other.partial, other.floating = self.partial, self.floating
         return other
+
+    def adopt(self, other):
+        """Take the layouts `other` (a copy of this state, extended) found."""
+        self.fragments, self.sources = other.fragments, other.sources
+        self.loops, self.settled = other.loops, other.settled
 
     def pending(self, node) -> bool:
         if _is_loop(node):
@@ -153,7 +203,8 @@ def _give(state, buffer, layout, span, node):
             raise at_span(
                 f"layout inference: fragment '{buffer.name}' is used by two operations that need "
                 f"different layouts: its layout came from the first location below, and "
-                f"{node.describe()} at the second needs another{_thread_hint(old, layout)}",
+                f"{node.describe()} at the second needs another{_thread_hint(old, layout)}"
+                f"{_floating_hint(state, buffer)}",
                 state.sources[buffer],
                 span,
             )
@@ -162,16 +213,39 @@ def _give(state, buffer, layout, span, node):
     state.sources[buffer] = span
 
 
+def _origin(source) -> str:
+    return "came from the first location below" if source is not None else "was annotated"
+
+
+def _outer_hint(buffer, indices, node) -> str:
+    """Why a loop indexing a fragment with variables from outside it cannot follow the fragment."""
+    names = parallel.outer_variables(indices, node)
+    if not names:
+        return ""
+    return (
+        f" (it reads {buffer.name}[{', '.join(str(i) for i in indices)}], whose elements move to other threads "
+        f"as {', '.join(names)} changes; the loop can only follow a fragment that keeps them on the same threads)"
+    )
+
+
+def _floating_hint(state, buffer) -> str:
+    if buffer not in state.floating:
+        return ""
+    return (
+        f" ('{buffer.name}' is also read or written outside T.Parallel loops and tile ops, so every thread "
+        f"must hold all of it; read it inside a T.Parallel loop, or copy it to a T.alloc_local first)"
+    )
+
+
 def _runs_where_held(layout, fragment, buffer, indices, node) -> bool:
-    """`parallel.runs_where_held`, with a user error for an index that is not the loop's."""
+    """`parallel.runs_where_held`, with a user error for an index the layout cannot follow."""
     try:
-        return parallel.runs_where_held(layout, fragment, indices, node.vars)
+        return parallel.runs_where_held(layout, fragment, indices, node)
     except NotEvaluable as err:
         raise at_span(
             f"layout inference: fragment '{buffer.name}' is indexed as [{', '.join(str(i) for i in indices)}] in "
-            f"the {node.describe()}, with a {err} that is not one of the loop's variables: index a fragment "
-            "with the T.Parallel loop's variables and constants (a leading index from an outer loop, such "
-            "as one of several accumulators, is not supported: allocate them as separate fragments)",
+            f"the {node.describe()}, with an {err}: index a fragment with the T.Parallel loop's variables, "
+            "plus constants or variables of loops around it (`frag[k, i]`, `frag[i, jj * 4 + j]`)",
             node.span,
         ) from None
 
@@ -185,23 +259,26 @@ def _settle_loop(state, node, layout):
             if buffer in state.fragments:
                 frag = state.fragments[buffer]
                 if not _runs_where_held(layout, frag, buffer, indices, node):
+                    source = state.sources[buffer]
                     raise at_span(
                         f"layout inference: fragment '{buffer.name}' is used by two operations that need "
-                        f"different layouts: its layout came from the first location below, and the "
-                        f"{node.describe()} at the second would run its elements on other threads"
-                        f"{_thread_hint(frag, layout)}",
-                        state.sources[buffer],
+                        f"different layouts: its layout {_origin(source)}, and the {node.describe()} "
+                        f"{'at the second' if source is not None else 'below'} would run its elements on "
+                        f"other threads{_thread_hint(frag, layout)}{_outer_hint(buffer, indices, node)}",
+                        source,
                         node.span,
                     )
                 partial = buffer in state.partial  # each copy accumulates its own part (a reducer)
-                if is_store and frag.groups and not partial and not parallel.writes_every_copy(
-                    layout, frag, indices, node.vars
+                if (
+                    is_store
+                    and frag.groups
+                    and not partial
+                    and not parallel.writes_every_copy(layout, frag, indices, node)
                 ):
                     source = state.sources[buffer]
-                    origin = "came from the first location below" if source is not None else "was annotated"
                     raise at_span(
                         f"layout inference: fragment '{buffer.name}' is held by several threads per element "
-                        f"(its layout {origin}), but the {node.describe()} below writes it on only some of "
+                        f"(its layout {_origin(source)}), but the {node.describe()} below writes it on only some of "
                         f"them, which would leave the other copies stale; write it in a loop that follows its "
                         f"layout, or into a fragment of its own",
                         source,
@@ -231,6 +308,13 @@ def strict_level(func, nodes, state, options=None):
         fragments, shared = node.op.strict_layouts(target, node.num_threads, options)
         state.partial.update(node.op.partial_fragments())
         for buffer, layout in fragments.items():
+            if len(layout.shape) != len(buffer.shape):
+                raise at_span(
+                    f"layout inference: {node.describe()} lays out fragment '{buffer.name}' as a "
+                    f"{list(layout.shape)} tile, but it has shape {[int(n) for n in buffer.shape]} (a slice of a "
+                    f"larger fragment); give each such tile a fragment of its own",
+                    node.span,
+                )
             _give(state, buffer, layout, node.span, node)
         for buffer, layout in shared.items():
             user = (annotated or {}).get(buffer)
@@ -241,9 +325,29 @@ def strict_level(func, nodes, state, options=None):
                     node.span,
                 )
             state.shared[buffer] = layout
+    _give_floating(state)
     for node in nodes:
         if _is_loop(node) and "loop_layout" in node.loop.annotations:
             _settle_loop(state, node, fl.from_ir(node.loop.annotations["loop_layout"]).with_shape_vars(node.vars))
+
+
+def _give_floating(state):
+    """A fragment touched outside T.Parallel loops and tile ops (`if mask[k]:`, `x = s[0]`) is read
+    there by every thread: every thread holds all of it (the public TileLang's rule too). One whose
+    layout an instruction or annotation spreads over the threads is the user's mistake."""
+    for buffer, (span, threads, verb) in state.floating.items():
+        whole = fl.fully_replicated(tuple(int(n) for n in buffer.shape), threads)
+        if buffer not in state.fragments:
+            state.fragments[buffer], state.sources[buffer] = whole, span
+        elif not state.fragments[buffer].is_equivalent(whole):
+            raise at_span(
+                f"fragment '{buffer.name}' is {verb} outside a T.Parallel loop or tile op (first "
+                f"location below), where every thread must hold all of it, but its layout spreads it over the "
+                f"threads{' (second location)' if state.sources[buffer] is not None else ' (annotated)'}; "
+                f"touch it inside a T.Parallel loop, or copy it to a T.alloc_local or shared tile first",
+                span,
+                state.sources[buffer],
+            )
 
 
 def common_level(nodes, state):
@@ -304,7 +408,12 @@ def _register_cost(state, buffers):
 
 
 def free_level(nodes, state):
-    """Give the first unresolved component the cheapest root layout. Returns True if it did."""
+    """Give the first unresolved component the cheapest root layout. Returns True if it did.
+
+    Each loop of the component is tried as the root, with each of its free layouts; the others
+    follow by propagation, in program order. When no attempt fits, a wider search follows: roots
+    may also follow a fragment that does not cover them (`loop_candidates`), and propagation goes
+    to the loops that touch laid-out fragments first (as the public TileLang's queue does)."""
     pending = [n for n in nodes if state.pending(n)]
     if not pending:
         return False
@@ -318,35 +427,76 @@ def free_level(nodes, state):
             f"or a copy first",
             node.span,
         )
+    best, first_error = _search(component, roots, state, wide=False)
+    if best is None:
+        best, _ = _search(component, roots, state, wide=True)
+    if best is None:
+        raise first_error
+    state.adopt(best)
+    return True
+
+
+def _search(component, roots, state, wide: bool):
+    """(the cheapest complete attempt or None, the first error met)."""
     buffers = set(b for n in component for b in n.fragments)
     best, best_cost, first_error = None, None, None
     for root in roots:
-        for candidate in parallel.free_layouts(root, state.analyzer, _coalesced_width(root.loop)):
+        for candidate in loop_candidates(root, state) if wide else _free(root, state):
             trial = state.copy()
             try:
                 _settle_loop(trial, root, candidate)
-                _complete(component, trial)
+                _complete(component, trial, wide)
             except Exception as err:  # noqa: BLE001 (a root that leads to a conflict is not a candidate)
                 first_error = first_error or err
                 continue
             cost = _register_cost(trial, buffers)
             if best is None or cost < best_cost:
                 best, best_cost = trial, cost
-    if best is None:
-        raise first_error
-    state.fragments, state.sources, state.loops, state.settled = best.fragments, best.sources, best.loops, best.settled
-    return True
+    return best, first_error
 
 
-def _complete(component, trial):
-    """Propagate from the root; loops still unresolved get the first free layout that fits."""
+def _free(node, state) -> list:
+    return parallel.free_layouts(node, state.analyzer, _coalesced_width(node.loop))
+
+
+def loop_candidates(node, state) -> list:
+    """A loop's free layouts, then the layouts that follow a laid-out fragment it reads without
+    covering the loop (`scale[i]` in a loop over (i, j): row i's iterations on scale[i]'s holders)."""
+    out = list(_free(node, state))
+    for buffer, indices, is_store in node.accesses:
+        if buffer in state.fragments and not is_store and buffer not in state.partial:
+            out += parallel.loop_layouts_following(state.fragments[buffer], indices, node)
+    return out
+
+
+def _complete(component, trial, wide: bool = False):
+    """Propagate from the root; loops still unresolved get the first free layout, or (wide) the
+    first loop touching a laid-out fragment gets the first of its candidates that fits."""
     common_level(component, trial)
     while True:
         rest = [n for n in component if _is_loop(n) and trial.pending(n)]
         if not rest:
             return
-        _settle_loop(trial, rest[0], parallel.free_layouts(rest[0], trial.analyzer, _coalesced_width(rest[0].loop))[0])
+        if not wide:
+            _settle_loop(trial, rest[0], _free(rest[0], trial)[0])
+        else:
+            informed = [n for n in rest if any(b in trial.fragments for b in n.fragments)]
+            _settle_first_fitting(trial, (informed or rest)[0])
         common_level(component, trial)
+
+
+def _settle_first_fitting(state, node):
+    first_error = None
+    for candidate in loop_candidates(node, state):
+        attempt = state.copy()
+        try:
+            _settle_loop(attempt, node, candidate)
+        except Exception as err:  # noqa: BLE001 (a layout that conflicts is not a candidate)
+            first_error = first_error or err
+            continue
+        state.adopt(attempt)
+        return
+    raise first_error
 
 
 def _coalesced_width(loop) -> int:
@@ -355,8 +505,9 @@ def _coalesced_width(loop) -> int:
 
 
 def infer_layout(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
-    nodes, analyzer = _collect(func)
+    func, nodes, analyzer, floating = _collect(func)
     state = _State(analyzer)
+    state.floating = floating
     strict_level(func, nodes, state, options)
     common_level(nodes, state)
     while free_level(nodes, state):
@@ -371,7 +522,24 @@ def _check_complete(func, nodes, state):
             raise at_span(f"layout inference: {node.describe()}: the source's layout could not be inferred", node.span)
 
 
+def _warn_enlarged(state):
+    """A fragment indexed past its extent by a loop over more elements (`sinks[i]`, i < 64, of a
+    [1] fragment) is laid out over the loop's extent, as the public TileLang does; say so."""
+    for buffer, layout in state.fragments.items():
+        shape = [int(n) for n in buffer.shape]
+        if list(layout.shape) != shape:
+            logger.warning(
+                "layout inference: fragment '%s' of shape %s is indexed up to %s by a T.Parallel loop; it is "
+                "laid out over the loop's extent (declare it with that shape)%s",
+                buffer.name,
+                shape,
+                [n - 1 for n in layout.shape],
+                describe_span(state.sources.get(buffer)).replace("\n", " "),
+            )
+
+
 def _annotate(func, nodes, state):
+    _warn_enlarged(state)
     by_var = {node.vars[0]: fl.to_ir(layout) for node, layout in state.loops.items()}
     by_var.update({node.vars[0]: DYNAMIC for node in nodes if _is_loop(node) and node.is_dynamic})
 

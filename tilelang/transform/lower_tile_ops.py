@@ -235,6 +235,7 @@ def lower_tile_ops(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTION
             tirx.IfThenElse: on_if,
         },
     )
+    body = _remap_whole_fragments(body, ctx, fragments)
     _check_no_fragment_left(body)
     if func.attrs is not None and SHARED_LAYOUTS in func.attrs:
         body = _apply_shared_layouts(body, func.attrs[SHARED_LAYOUTS])
@@ -273,6 +274,28 @@ def _apply_shared_layouts(body, layouts):
     # What is left are pointers to the tiles (e.g. a gemm's operands through tvm_access_ptr); their
     # offsets point at a tile's first element, which every swizzle keeps in place.
     return tvm_ffi.structural_map(body, [(ir.Var, lambda v: flat[v] if v in flat else v)])
+
+
+def _remap_whole_fragments(body, ctx, fragments):
+    """Fragments touched outside loops and tile ops (`if mask[k]:`) that every thread holds whole
+    (infer_layout gives them that layout): accesses of their register arrays, the same in every thread."""
+    whole = {b for b, f in fragments.items() if f.is_fully_replicated()}
+    if not whole:
+        return body
+
+    def on_load(ld):
+        if ld.source in whole:
+            index = ctx.analyzer.simplify(fragments[ld.source].map(list(ld.indices))[1])
+            return tirx.BufferLoad(ctx.local_of(ld.source), [index])
+        return ld
+
+    def on_store(st):
+        if st.buffer in whole:
+            index = ctx.analyzer.simplify(fragments[st.buffer].map(list(st.indices))[1])
+            return tirx.BufferStore(ctx.local_of(st.buffer), st.value, [index], span=st.span)
+        return st
+
+    return tvm_ffi.structural_map(body, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store)], order="post")
 
 
 def _check_no_fragment_left(body):

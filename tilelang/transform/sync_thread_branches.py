@@ -89,11 +89,43 @@ def _data_name(source):
     return getattr(source, "name", None) if tirx.is_buffer_var(source) else None
 
 
+def _register_writes(body):
+    """({register array name: its stores}, [(expressions, names of the register arrays stored where
+    they decide)]): an `if`'s condition decides whether the stores under it run, a loop's bounds
+    how often. Register arrays are `local` buffers (T.alloc_var, T.alloc_local, fragments)."""
+    stores, scoped = {}, []
+
+    def stored_under(stmt):
+        names = set()
+        tvm_ffi.structural_walk(
+            stmt,
+            [(tirx.BufferStore, lambda st: names.add(_data_name(st.buffer)) if st.buffer.scope() == "local" else 0)],
+        )
+        return names
+
+    def on_store(st):
+        if st.buffer.scope() == "local":
+            stores.setdefault(_data_name(st.buffer), []).append(st)
+
+    tvm_ffi.structural_walk(
+        body,
+        [
+            (tirx.BufferStore, on_store),
+            (tirx.IfThenElse, lambda n: scoped.append(([n.condition], stored_under(n)))),
+            (tirx.For, lambda n: scoped.append(([n.min, n.extent], stored_under(n.body)))),
+            (tirx.While, lambda n: scoped.append(([n.condition], stored_under(n.body)))),
+        ],
+    )
+    return stores, scoped
+
+
 def _block_uniform(body):
     """A test of whether an expression has one value across the threads of a block: it calls only
     pure functions (`if_then_else`, `min`), reads memory only from global tensors the kernel never
-    writes (a block-sparse mask, `if BlockMask[by, bx, k]:`) at uniform indices, and its variables
-    are block indices, scalar parameters, or loop and let variables defined from such expressions."""
+    writes (a block-sparse mask, `if BlockMask[by, bx, k]:`) and from register arrays only ever
+    written uniform values (a fragment every thread holds whole, `if mask[k]:`; a T.alloc_var
+    flag), at uniform indices, and its variables are block indices, scalar parameters, or loop and
+    let variables defined from such expressions."""
     defs, varying, written = {}, set(), set()
 
     def on_attr(node):
@@ -102,13 +134,15 @@ def _block_uniform(body):
 
     # Written memory by buffer name: a tensor can reach a pass as several buffer objects of one
     # name (a clash only makes the test stricter).
+    written_by_call = set()
+
     def on_call(call):  # memory a call may write through a pointer it takes (atomics, templates)
         for arg in call.args:
             if isinstance(arg, ir.Call) and isinstance(arg.op, ir.Op) and arg.op.name == "tirx.address_of":
-                tvm_ffi.structural_walk(arg, [(ir.TensorLoad, lambda ld: written.add(_data_name(ld.source)))])
+                tvm_ffi.structural_walk(arg, [(ir.TensorLoad, lambda ld: written_by_call.add(_data_name(ld.source)))])
             elif isinstance(arg, ir.Call) and isinstance(arg.op, ir.Op) and arg.op.name == "tirx.tvm_access_ptr":
                 if const_int(arg.args[4]) is None or const_int(arg.args[4]) & 2:  # its read/write mask
-                    written.add(str(arg.args[1]).removesuffix(".data"))
+                    written_by_call.add(str(arg.args[1]).removesuffix(".data"))
 
     tvm_ffi.structural_walk(
         body,
@@ -121,8 +155,9 @@ def _block_uniform(body):
             (ir.Call, on_call),
         ],
     )
+    written |= written_by_call
 
-    known = {}  # variable -> uniform, each decided once
+    known = {}  # variable -> uniform, each decided once (per round of the fixpoint below)
 
     def uniform_var(v) -> bool:
         if v not in known:
@@ -144,13 +179,32 @@ def _block_uniform(body):
         def on_load(ld):
             name = _data_name(ld.source)
             readonly = name is not None and ld.source.scope() == "global" and name not in written
-            if not (readonly and all(uniform(i) for i in ld.indices)):
+            registers = name in stores and ld.source.scope() == "local" and name not in varying_arrays
+            if not ((readonly or registers) and all(uniform(i) for i in ld.indices)):
                 ok[0] = False
 
         tvm_ffi.structural_walk(expr, [(tirx.Var, on_var), (ir.TensorLoad, on_load), (ir.Call, on_call)])
         return ok[0]
 
-    return uniform
+    # Register arrays: assumed uniform, then any written a varying value, at a varying index, under
+    # a varying condition or through a pointer is not, until nothing changes (a greatest fixpoint:
+    # `flag = flag or mask[k]` stays uniform).
+    stores, scoped = _register_writes(body)
+    varying_arrays = set(written_by_call)
+    while True:
+        known.clear()
+        bad = {
+            name
+            for name, sts in stores.items()
+            if name not in varying_arrays
+            and not all(uniform(st.value) and all(uniform(i) for i in st.indices) for st in sts)
+        }
+        bad |= {
+            name for exprs, names in scoped for name in names - varying_arrays if not all(uniform(e) for e in exprs)
+        }
+        if not bad:
+            return uniform
+        varying_arrays |= bad
 
 
 def expose_thread_branches(func: tirx.PrimFunc) -> tirx.PrimFunc:

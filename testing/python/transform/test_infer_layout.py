@@ -184,9 +184,9 @@ def test_fragment_indexed_by_a_smaller_loop_is_reported():
         infer_layout(_prepare(main))
 
 
-def test_fragment_indexed_by_an_outer_loop_is_reported():
-    # One of several accumulators picked by an unrolled loop, its layout from a gemm: a user error
-    # naming the variable, not a compiler error from evaluating the index.
+def test_a_gemm_into_a_slice_of_a_fragment_is_reported():
+    # One of several accumulators picked by an unrolled loop: a user error at the gemm naming the
+    # fragment and both shapes, not a compiler error from evaluating the index.
     @T.prim_func
     def main(A: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 256), "float32")):
         with T.Kernel(1, threads=128):
@@ -198,8 +198,8 @@ def test_fragment_indexed_by_an_outer_loop_is_reported():
             for p in T.unroll(4):
                 T.copy(O[p, :, :], C[:, p * 64 : (p + 1) * 64])
 
-    with pytest.raises(UserError, match=r"(?s)fragment 'O' is indexed as \[p, .*free variable p that is not one of.*"
-                       r"test_infer_layout.py:\d+\n\s*\| T.copy\(O\[p, :, :\]"):  # fmt: skip
+    with pytest.raises(UserError, match=r"(?s)fragment 'O' as a \[64, 64\] tile, but it has shape \[4, 64, 64\].*"
+                       r"test_infer_layout.py:\d+\n\s*\| T.gemm\(A_s, A_s, O\[p, :, :\]"):  # fmt: skip
         tilelang.compile(main, target="sm_90a")
 
 

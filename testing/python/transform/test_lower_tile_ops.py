@@ -5,6 +5,7 @@ from ir_testing import assert_ir_equal
 
 import tilelang.language as T
 from tilelang.errors import UserError
+from tilelang.layout import fragment as fl
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import infer_layout
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
@@ -76,10 +77,15 @@ def test_vectors_when_they_take_fewer_rounds():
 
 
 def test_fragment_read_outside_parallel_is_an_error():
+    # Read outside loops, by every thread: only a fragment every thread holds whole can be (see
+    # test_fragment_access_patterns.py); this one's annotated layout spreads it over the threads.
+    spread = fl.partition((64,), 64)
+
     @T.prim_func
     def before(A: T.Tensor((64,), "float32")):
         with T.Kernel(1, threads=64):
             f = T.alloc_fragment((64,), "float32")
+            T.annotate_layout({f: spread})
             T.copy(A, f)
             A[0] = f[3]
 
