@@ -249,10 +249,13 @@ class JITKernel:
                 f"outputs {[self.params[k].name for k in self.out_idx]} are allocated, got {len(args)}"
             )
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
-        if device is None:  # no tensor at all: say which parameter got what
-            from tilelang.jit.params import check_argument
+        if device is None:  # no tensor among the inputs (none at all, or scalars and addresses)
+            first = self._in_idx[0] if self._in_idx else None
+            if first is not None and self.params[first].kind == "tensor":
+                from tilelang.jit.params import check_argument
 
-            check_argument(self.params[self._in_idx[0]], args[0], self._in_idx[0], self.name)
+                check_argument(self.params[first], args[0], first, self.name)  # says what came instead
+            device = torch.device("cuda", torch.cuda.current_device())
         bindings = None
         if self._has_symbols():  # dynamic dimensions: their sizes come from the inputs
             bindings = bind_symbols([self.params[k] for k in self._in_idx], args, self.name)
