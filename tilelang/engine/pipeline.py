@@ -30,6 +30,7 @@ from tilelang.transform.consumer_barriers import consumer_barriers
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.expose_to_merge import expose_to_merge, restore_after_merge
 from tilelang.transform.fold_accumulator_clear import fold_accumulator_clear
+from tilelang.transform.hoist_allocations import hoist_allocations
 from tilelang.transform.hoist_shared_reads import hoist_shared_reads
 from tilelang.transform.infer_layout import infer_layout
 from tilelang.transform.inject_cp_async_pipelines import inject_cp_async_pipelines
@@ -64,6 +65,9 @@ def _tile_passes(options: CompileOptions, target):
     return [
         # The hand-written warp-specialization primitives off sm_90a: an error before anything else.
         *([] if hopper else [("check_hopper_primitives", check_hopper_primitives)]),
+        # Tiles allocated inside loop bodies become one allocation in front of the loop, before any
+        # pass restructures loops (a pipeline's prologue copies need the tile defined before it).
+        ("hoist_allocations", hoist_allocations),
         # Register hints (T.annotate_*_reg_*, T.no_set_max_nreg) are for the whole kernel: out of
         # the body before any pass moves code around them, kept for set_register_budgets.
         ("collect_register_hints", collect_register_hints),
