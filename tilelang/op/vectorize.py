@@ -4,7 +4,8 @@ A vector of V elements along the innermost loop variable is legal when, for ever
 or shared memory in the body, the flattened offset moves by exactly 1 per step of that variable and
 starts V-aligned (so the access is one aligned 128-bit-or-narrower load or store), the innermost
 extent is a multiple of V, and every guard in the body is uniform over each vector (true or false
-for all V lanes at once). Accesses to registers (fragments, locals) never limit V.
+for all V lanes at once). Values in registers (fragments, locals, casts) limit V only to the
+widest vector of their type the code generator can hold (`register_lanes`).
 """
 
 from __future__ import annotations
