@@ -9,8 +9,10 @@ A tile op is a call `tl.<name>(region, ..., attr, ...)` in the IR. Each op is on
     op's rules for the passes: its layout rule per inference level and its lowering.
 
 The passes never name ops: `infer_layout`, `expand_elementwise_ops` and `lower_tile_ops` ask
-`parse(stmt)` for the op of a statement and call its hooks. Adding an op is adding one module
-(it is found by `tilelang.op`'s import of every module in the package) and its test.
+`parse(stmt)` for the op of a statement and call its hooks, and the pipelining passes ask it what
+it writes, whether it is a load a pipeline may issue ahead (`AsyncLoad`) and whether it runs on the
+tensor cores (`Mma`). Adding an op is adding one module (it is found by `tilelang.op`'s import of
+every module in the package) and its test.
 
 Regions are the canonical form of buffer arguments: buffer + start + extent per dimension.
 """
@@ -69,6 +71,9 @@ class TileOp:
       common_layouts(known)     layouts it derives from its operands' known ones (a reduction)
       expand(analyzer)          element-wise ops: a T.Parallel loop nest, before layout inference
       lower(ctx)                its per-thread code, once layouts are known (`lower_tile_ops`)
+      writes()                  the buffers it writes (the pipelines, the wgmma waits)
+      async_load()              a global-to-shared load a pipelined loop may issue ahead
+      mma()                     its work on the tensor cores: operands, accumulator, asynchrony
 
     An op whose `expands` is True is replaced by `expand` before layout inference and never reaches
     `lower`; any other op reaches `lower` with the layouts of its fragments in `ctx`.
@@ -118,6 +123,44 @@ class TileOp:
         source's and the reverse."""
         return None
 
+    def strict_shared_layouts(self) -> dict:
+        """{shared tile: Layout} this op fixes at the strict level, known before layout inference
+        runs (the pipeline planner predicts the boxes of a tile's TMA load from it)."""
+        return {}
+
+    # ---- pipelining (plan_pipelines, the pipeline injections, place_wgmma_waits) ----
+
+    def writes(self) -> list | None:
+        """The buffers this op writes, or None when the op does not say: a pass then assumes what
+        is safe for its question (the wgmma waits: every buffer among its regions)."""
+        return None
+
+    def async_load(self) -> AsyncLoad | None:
+        """When this op only copies a global tile into a shared tile: that load, which a pipelined
+        loop may issue ahead of the statements reading the tile (cp.async or TMA)."""
+        return None
+
+    def issued_async(self) -> ir.Call:
+        """This load (an op with `async_load`) issued asynchronously: cp.async, one commit group
+        per pipeline iteration (`inject_cp_async_pipelines`)."""
+        raise NotImplementedError(f"T.{self.name} is not an asynchronous load")
+
+    def mma(self) -> Mma | None:
+        """When this op multiplies on the tensor cores: its operands and accumulator, and whether
+        it may run on after the thread issues it (wgmma)."""
+        return None
+
+    def with_wait(self, pending: int, async_operands: bool) -> ir.Call:
+        """This op (one with `mma`) waiting at its end until at most `pending` of the thread's
+        asynchronous groups run (-1: no wait); with `async_operands`, its shared operands are
+        written only through the async proxy (TMA) and need no proxy fence."""
+        raise NotImplementedError(f"T.{self.name} does not run on the tensor cores")
+
+    def with_clear(self, clear) -> ir.Call:
+        """This op (one with `mma`) starting from a zero accumulator when `clear` holds (a bool,
+        or a run-time condition evaluated when it starts)."""
+        raise NotImplementedError(f"T.{self.name} does not run on the tensor cores")
+
     # ---- lowering ----
 
     def expand(self, analyzer) -> tirx.Stmt:
@@ -127,6 +170,30 @@ class TileOp:
     def lower(self, ctx) -> tirx.Stmt:
         """The op's per-thread code (`ctx` is a `transform.lower_tile_ops.LowerContext`)."""
         raise NotImplementedError(f"T.{self.name} has no lowering")
+
+
+@dataclass(frozen=True)
+class AsyncLoad:
+    """A tile op that only copies a global tile into a shared tile (`TileOp.async_load`)."""
+
+    src: Region
+    dst: Region
+    tma: bool = True  # whether the TMA unit may do it (`T.copy(disable_tma=True)`: no)
+
+
+@dataclass(frozen=True)
+class Mma:
+    """A tile op's work on the tensor cores (`TileOp.mma`), what the pipelines and the wgmma waits
+    ask of it: a statement touching the accumulator or the register operand, or writing a shared
+    operand, must wait while an asynchronous one runs."""
+
+    accumulator: Region  # the fragment it accumulates into
+    register_operand: object  # the A operand when it is a fragment (read from registers), else None
+    shared_operands: tuple  # the shared tiles it reads
+    asynchronous: bool  # issued as wgmma: it may run on after the thread moves on (`with_wait`)
+    wait: int  # groups that may still run when it returns: 0; -1 with the user's own T.wait_wgmma
+    clear: object  # start from zero: True/False, or a run-time condition
+    row_warpgroups: int = 0  # warpgroups splitting its rows (wgmma), 0 otherwise
 
 
 def register(cls: type) -> type:

@@ -133,6 +133,19 @@ class Copy(base.TileOp):
     def describe(self) -> str:
         return f"T.copy({self.src.name}, {self.dst.name})"
 
+    def writes(self) -> list:
+        return [self.dst.buffer]
+
+    def async_load(self) -> base.AsyncLoad | None:
+        if self.src.buffer.scope() != "global" or not self.dst.buffer.scope().startswith("shared"):
+            return None
+        return base.AsyncLoad(self.src, self.dst, tma=not self.disable_tma)
+
+    def issued_async(self):
+        """The copy with its asynchronous flag set: `expand` marks its loop for cp.async."""
+        args = list(self.call.args)
+        return base.make_call(NAME, args[:3] + [tirx.const(1, "int32")] + args[4:])
+
     def expand(self, analyzer=None) -> tirx.Stmt:
         """The copy as a parallel loop nest over the destination tile. With `analyzer` (knowing the
         kernel's bindings), extents that parsing could not compare must now be provably equal."""

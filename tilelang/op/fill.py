@@ -61,6 +61,9 @@ class Fill(base.TileOp):
     def describe(self) -> str:
         return f"T.fill({self.region.name})"
 
+    def writes(self) -> list:
+        return [self.region.buffer]
+
     def expand(self, analyzer=None) -> tirx.Stmt:
         """The fill as a parallel loop nest over the region; over a thread's own (local) buffer,
         serial loops every thread runs."""

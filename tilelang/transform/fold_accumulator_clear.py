@@ -11,6 +11,9 @@ Statements between the two may not touch the accumulator; the zeroing must cover
 the gemm accumulates into (`T.fill(s, 0)`, or a uniform branch of one, as written by
 `specialize_uniform_masks`). A run-time clear flag is evaluated when the gemm starts.
 
+The zeroing it folds is a `T.fill` (named); the op folded into is any op on the tensor cores whose
+accumulator it is (`TileOp.mma`, `TileOp.with_clear`: a `T.gemm`).
+
 Requires: tile ops as parsed or pipelined (runs before `expand_elementwise_ops`). Guarantees: the
 same values; a gemm's clear argument is a constant or a run-time condition.
 """
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 from tvm import ir, tirx
 
-from tilelang.op import base, fill, gemm
+from tilelang.op import base, fill
 from tilelang.transform.common import Scope, mutate_with_scope
 from tilelang.utils.ir import collect, const_int
 
@@ -68,14 +71,13 @@ def _fold(stmts):
         for j in range(k + 1, len(out)):
             if not _touches(out[j], buf):
                 continue
-            call = out[j].value if isinstance(out[j], tirx.Evaluate) else None
-            if not gemm.is_gemm(out[j]) or not call.args[2].source.same_as(buf):
+            op = base.parse(out[j]) if isinstance(out[j], tirx.Evaluate) else None
+            mma = op.mma() if op is not None else None
+            if mma is None or not mma.accumulator.buffer.same_as(buf):
                 break
-            if const_int(call.args[6]) != 0 or not _whole(base.Region.from_ir(call.args[2])):
+            if mma.clear is not False or not _whole(mma.accumulator):
                 break
-            args = list(call.args)
-            args[6] = tirx.const(1, "int32") if const_int(cond) == 1 else cond
-            out[j] = tirx.Evaluate(base.make_call(gemm.NAME, args), span=out[j].span)
+            out[j] = tirx.Evaluate(op.with_clear(True if const_int(cond) == 1 else cond), span=out[j].span)
             out[k] = (
                 tirx.Evaluate(tirx.const(0, "int32"))
                 if otherwise is None

@@ -1,9 +1,9 @@
 """Pass `inject_cp_async_pipelines`: the pipelined loops `plan_pipelines` gave the cp.async form.
 
 Each shared tile a producer writes gets `s` buffers (a new leading dimension), iteration k using
-buffer k % s; the producers become asynchronous copies (cp.async) issued s - 1 iterations ahead,
-one commit group per iteration, and the consumers run in the order the schedule gives
-(`pipelining/schedule.py`):
+buffer k % s; the producers become asynchronous copies (cp.async, `TileOp.issued_async`) issued
+s - 1 iterations ahead, one commit group per iteration, and the consumers run in the order the
+schedule gives (`pipelining/schedule.py`):
 
 Before:  for k in T.Pipelined(n, num_stages=3): copy(A[k], A_s); gemm(A_s, ...)
 After:   for i in range(2): if i < n: copy_async(A[i], A_s[i % 3]);  commit
@@ -23,10 +23,11 @@ tiles are used only inside their loop.
 
 from __future__ import annotations
 
-from tvm import ir, tirx
+from tvm import tirx
 
 from tilelang import intrinsics
 from tilelang.layout.fragment import substitute
+from tilelang.op import base
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform.pipelining import schedule
 from tilelang.transform.pipelining.schedule import versioned
@@ -34,9 +35,7 @@ from tilelang.utils.ir import extern, seq
 
 
 def _as_async(stmt):
-    call = stmt.value
-    args = list(call.args[:3]) + [tirx.const(1, "int32")] + list(call.args[4:])
-    return tirx.Evaluate(ir.Call(call.op, args, ret_ty="void"), span=stmt.span)
+    return tirx.Evaluate(base.parse(stmt).issued_async(), span=stmt.span)
 
 
 def _build(loop, stages: int, plan, versions: dict):

@@ -12,6 +12,9 @@ Loads are guarded wherever they are: in stored values and indices, in `x = A[i]`
 `if` conditions and in call arguments (atomics). What the kernel already checks (an `if i < m:` the
 user wrote, the condition of a `T.if_then_else`) counts as known, so it adds no second guard.
 
+Element atomics are device calls by now, not tile ops: it names the plain element add
+(`op/atomic.py`), the one call whose address it guards.
+
 Requires: tile ops expanded to loops. Guarantees: every global access is provably in bounds or
 predicated. Bounds that the analyzer proves from loop, thread and block ranges add nothing.
 """

@@ -12,6 +12,9 @@ A tile the TMA unit wrote needs no proxy fence before a wgmma reads it (`inject_
 when every shared operand is such a tile). Copies inside loops are the pipeline's
 (`plan_pipelines`) or stay element-wise; copies the TMA unit cannot do (`op/tma.py` says why) stay.
 
+It names `T.copy` and the TMA copy (`op/tma.py`): turning the one into the other is its whole
+purpose.
+
 Requires: a target with TMA (`has_tma`: the pass list runs it only there); tile ops as parsed,
 before `plan_pipelines` (which reads which tiles only TMA writes).
 Guarantees: every rewritten copy is a `tl.tma_copy` issued by thread 0 with its barrier initialized.

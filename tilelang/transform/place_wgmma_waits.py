@@ -37,13 +37,12 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from tilelang.op import gemm as gemm_op
-from tilelang.op.gemm import wgmma as gemm_wgmma
 from tilelang.transform.common import Scope, mutate_with_scope
 from tilelang.transform.pipelining import marks, wgmma_waits
-from tilelang.transform.pipelining.consumer_loop import gemm_flags
-from tilelang.transform.pipelining.schedule import tma_only_tiles
+from tilelang.transform.pipelining.checks import tma_only_tiles
+from tilelang.transform.pipelining.consumer_loop import mma_flags
 from tilelang.transform.pipelining.tma import WS_CONSUMER, WS_REGION
+from tilelang.transform.pipelining.wgmma_waits import mma_of
 from tilelang.utils.ir import extern, seq, statements
 
 _FIXED_POINT_ROUNDS = 4
@@ -78,7 +77,7 @@ class _ConsumerLoop:
         self.late = []  # the "empty" barriers the loop frees one iteration late
 
     def flags(self, stmt, wg_wait):
-        return gemm_flags(stmt, self.tiles, wg_wait)
+        return mma_flags(stmt, self.tiles, wg_wait)
 
     def rewrite(self, stmt):
         """The consumer region's statements (a sequence holding the loop, perhaps inside another)."""
@@ -104,7 +103,7 @@ class _ConsumerLoop:
         body = statements(loop.body)
         consumers = [st for st, c in map(marks.stage_of, body) if c is not None]
         # Gemms the user made asynchronous (wg_wait != 0) keep the user's waits.
-        self.manual = any(gemm_op.is_gemm(st) and gemm_op.Gemm(st.value).wg_wait for st in consumers)
+        self.manual = any(mma_of(st) is not None and mma_of(st).wait for st in consumers)
         # (Not across runs of a loop inside a loop: the turns' named barriers would carry over.)
         runs_again = any(r is not None and r.runs is not None for r in map(marks.parse_release, body))
         self.turns = not self.manual and not runs_again and _take_turns(consumers, self.threads)
@@ -168,15 +167,14 @@ def _take_turns(consumers, threads: int) -> bool:
     other's gemms. `consumer_barriers` drops the turns again if the loop needs a barrier over both."""
     if threads != 256:
         return False
-    gemms = [st for st in consumers if gemm_op.is_gemm(st)]
-    plans = [gemm_op.Gemm(st.value).plan for st in gemms]
-    others = [st for st in consumers if not gemm_op.is_gemm(st)]
-    return bool(gemms) and bool(others) and all(isinstance(p, gemm_wgmma.Plan) and p.wg_m == 2 for p in plans)
+    mmas = [mma_of(st) for st in consumers if mma_of(st) is not None]
+    others = [st for st in consumers if mma_of(st) is None]
+    return bool(mmas) and bool(others) and all(m.asynchronous and m.row_warpgroups == 2 for m in mmas)
 
 
 def _in_turn(stmts):
     """`stmts` with its gemms issued in this warpgroup's turn (tma.h, pingpong_*)."""
-    at = [j for j, st in enumerate(stmts) if gemm_op.is_gemm(st)]
+    at = [j for j, st in enumerate(stmts) if mma_of(st) is not None]
     if not at:
         return stmts
     a, b = at[0], at[-1] + 1

@@ -14,6 +14,8 @@ tile read by a wgmma (in its panel layout) and by an mma.sync (in the template's
 attention backward whose dQ gemm has too few rows for wgmma, makes the wgmma gemms reading that tile
 mma.sync as well (and so on, until the gemms agree on every tile).
 
+It names `T.gemm` (`op/gemm/`): choosing a gemm's instruction is its whole purpose.
+
 Requires: the user's kernel as traced (thread counts as the user wrote them: warp specialization
 adds its producer threads only after lowering). Guarantees: every tl.gemm carries a plan; a UserError
 at the gemm for dtypes the target cannot multiply, a K the instruction does not divide, or warps

@@ -14,6 +14,8 @@ After:   if k < bx:                      # bx * 128 + i >= k * 128 + j for every
          elif bx < k: T.fill(s, -inf)   # (the analyzer drops it when it cannot happen)
          else: <the loop above>
 
+It names `T.fill`, the op it writes.
+
 Requires: tile ops as parsed or pipelined (runs before `expand_elementwise_ops`). Guarantees: the
 same values are stored; loops whose condition is not linear in the loop indices, that store a part
 of a fragment, or store anything else, are left as they are.

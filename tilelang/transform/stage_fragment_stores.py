@@ -12,6 +12,9 @@ Before:  T.copy(C_local, C[by * 128, bx * 256])
 After:   T.copy(C_local, C_local_staged)               # a new shared tile of C's dtype
          T.copy(C_local_staged, C[by * 128, bx * 256])
 
+It names `T.copy`, the op it stages; the accumulators are those of any op on the tensor cores
+(`TileOp.mma`).
+
 Requires: a target with TMA (`has_tma`: the pass list runs it only there); tile ops as parsed or
 pipelined (before `expand_elementwise_ops`; after the pipeline injection, so multi-buffered tiles
 count with their stages). Guarantees: the same values; a copy is staged
@@ -31,7 +34,6 @@ from tvm import ir, tirx
 from tilelang.dtypes import bits as dtype_bits
 from tilelang.op import base
 from tilelang.op import copy as copy_op
-from tilelang.op import gemm as gemm_op
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform.check_shared_memory import shared_memory_limit, tile_bytes
 from tilelang.transform.common import allocate_at_kernel_top, collect, is_innermost_thread_extent
@@ -66,9 +68,10 @@ def _candidate(call, accumulators):
 
 
 def _accumulators(body) -> list:
-    """The fragments some T.gemm accumulates into."""
-    calls = [e.value for e in collect(body, tirx.Evaluate) if gemm_op.is_gemm(e)]
-    return [base.Region.from_ir(c.args[2]).buffer for c in calls]
+    """The fragments some op on the tensor cores (a T.gemm) accumulates into."""
+    ops = [base.parse(e) for e in collect(body, tirx.Evaluate)]
+    mmas = [op.mma() for op in ops if op is not None]
+    return [m.accumulator.buffer for m in mmas if m is not None]
 
 
 def _liveness(body, tiles, accumulators):

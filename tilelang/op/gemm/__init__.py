@@ -174,6 +174,28 @@ class Gemm(base.TileOp):
         reads shared operands with (the instruction recorded on the call)."""
         return layouts(self, num_threads, self.span), shared_layouts(self)
 
+    def strict_shared_layouts(self) -> dict:
+        return shared_layouts(self)
+
+    def writes(self) -> list:
+        return [self.c.buffer]
+
+    def mma(self) -> base.Mma:
+        a_regs = self.a.buffer if self.a.buffer.scope() == "local.fragment" else None
+        shared = tuple(r.buffer for r in (self.a, self.b) if r.buffer.scope().startswith("shared"))
+        on_wgmma = isinstance(self.plan, wgmma.Plan)
+        rows = self.plan.wg_m if on_wgmma else 0
+        return base.Mma(self.c, a_regs, shared, on_wgmma, self.wg_wait, self.clear, rows)
+
+    def with_wait(self, pending: int, async_operands: bool):
+        own = list(self.call.args[:7]) + [_c(pending), _c(int(async_operands))]
+        return selection.with_own_args(self.call, own)
+
+    def with_clear(self, clear):
+        args = list(self.call.args)
+        args[6] = _c(int(clear)) if isinstance(clear, (bool, int)) else clear
+        return base.make_call(NAME, args)
+
     def lower(self, ctx) -> tirx.Stmt:
         return _lower(self, ctx)
 

@@ -1,6 +1,11 @@
 """Whether a pipelined loop can take the Hopper pipeline (`pipelining/tma.py`): TMA loads, a producer
 warpgroup, and what the planner knows about the kernel around the loop. Analysis only; the rewrite
-is `inject_tma_pipelines`; `plan_pipelines` asks these."""
+is `inject_tma_pipelines`; `plan_pipelines` asks these.
+
+The loop's statements are asked through the tile-op protocol (`op/base.py`: `async_load`, `writes`,
+`strict_shared_layouts`), so any op that answers takes part. The TMA copy (`op/tma.py`) is named:
+what the TMA unit can load, and which tiles only it writes, are the questions asked here.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,6 @@ from tvm import ir, sym, tirx
 from tilelang.layout.fragment import substitute
 from tilelang.layout.layout import shared_layout_from_ir
 from tilelang.op import base, tma
-from tilelang.op import copy as copy_op
-from tilelang.op import gemm as gemm_op
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform.apply_global_layouts import laid_out_global
 from tilelang.transform.common import collect, walk
@@ -42,19 +45,50 @@ class Kernel:
     options: CompileOptions = DEFAULT_OPTIONS  # the kernel's compile options
 
 
+def load_of(stmt) -> base.AsyncLoad | None:
+    """The global-to-shared load a statement is (`TileOp.async_load`), or None."""
+    op = base.parse(stmt)
+    return op.async_load() if op is not None else None
+
+
+def written(stmt) -> list:
+    """Buffers a statement writes: what its tile ops say they write (`TileOp.writes`; ops that do
+    not say are not counted) and stored buffers."""
+    out = []
+    if isinstance(stmt, tirx.Evaluate):
+        op = base.parse(stmt)
+        out += (op.writes() or []) if op is not None else []
+    walk(stmt, [(tirx.BufferStore, lambda st: out.append(st.buffer))])
+    return out
+
+
+def tma_only_tiles(body) -> tuple:
+    """Shared tiles TMA loads write (`lower_tma_copies`, the TMA pipelines) and no statement stores
+    to: wgmma needs no proxy fence to read them. (Tile ops writing such a tile are not looked at.)"""
+    loaded = []
+
+    def on_eval(stmt):
+        if base.is_tile_op(stmt.value, tma.NAME):
+            loaded.append(base.Region.from_ir(stmt.value.args[1]).buffer)
+
+    walk(body, [(tirx.Evaluate, on_eval)])
+    stored = [st.buffer for st in collect(body, tirx.BufferStore)]
+    return tuple(b for b in loaded if not any(b.same_as(w) for w in stored))
+
+
 def predicted_layout(tile_buffer, kernel: Kernel):
-    """The layout layout inference will give `tile_buffer`: annotated, else the one the gemms that
-    read it need, else row-major (None)."""
+    """The layout layout inference will give `tile_buffer`: annotated, else the one the ops that
+    read it fix at the strict level (a gemm's operand swizzle), else row-major (None)."""
     annotated = kernel.func.attrs.get(ANNOTATED_LAYOUTS) if kernel.func.attrs is not None else None
     if annotated is not None and tile_buffer in annotated:
         return shared_layout_from_ir(annotated[tile_buffer])
     found = []
 
     def on_eval(stmt):
-        if base.is_tile_op(stmt.value, gemm_op.NAME):
-            lay = gemm_op.shared_layouts(gemm_op.Gemm(stmt.value)).get(tile_buffer)
-            if lay is not None:
-                found.append(lay)
+        op = base.parse(stmt)
+        lay = op.strict_shared_layouts().get(tile_buffer) if op is not None else None
+        if lay is not None:
+            found.append(lay)
 
     walk(kernel.func.body, [(tirx.Evaluate, on_eval)])
     return found[0] if found else None
@@ -67,16 +101,17 @@ def why_not(producers, kernel: Kernel) -> str | None:
     if kernel.options.disable_tma_lower:
         return "tl.disable_tma_lower is set"
     for p in producers:
-        src, dst = base.Region.from_ir(p.value.args[0]), base.Region.from_ir(p.value.args[1])
-        if copy_op.Copy(p.value).disable_tma:
-            return f"T.copy into '{dst.name}' has disable_tma=True"
+        load = load_of(p)
+        src, dst = load.src, load.dst
+        if not load.tma:
+            return f"{base.parse(p).describe()} is kept off TMA (disable_tma=True)"
         tile = tma.tile_of(src, dst)
         if isinstance(tile, str):
-            return f"T.copy into '{dst.name}': {tile}"
+            return f"the load into '{dst.name}': {tile}"
         if laid_out_global(src.buffer, kernel.func):
-            return f"T.copy from '{src.name}': the global tensor has a layout (T.annotate_layout)"
+            return f"the load from '{src.name}': the global tensor has a layout (T.annotate_layout)"
         if tma.box_plan(tile, predicted_layout(dst.buffer, kernel)) is None:
-            return f"T.copy into '{dst.name}': its shared layout is not one the TMA unit writes"
+            return f"the load into '{dst.name}': its shared layout is not one the TMA unit writes"
     return None
 
 
@@ -86,7 +121,7 @@ def why_not_specialized(loop, producers, kernel: Kernel) -> str | None:
         return "tl.disable_warp_specialized is set"
     # The producer runs only the loop: its trip count and load coordinates must not read values the
     # consumers' code computes into registers or shared memory (a T.alloc_var, a tile).
-    reads = [loop.extent] + [p.value.args[0] for p in producers]
+    reads = [loop.extent] + [load_of(p).src.to_ir() for p in producers]
     for node in reads:
         for ld in collect(node, ir.TensorLoad):
             if ld.source.scope() != "global":
@@ -132,7 +167,7 @@ def cluster_plan(loop, producers, kernel: Kernel) -> tuple[int, list] | None:
             continue
         shared, saved = [], 0
         for j, p in enumerate(producers):
-            src, dst = base.Region.from_ir(p.value.args[0]), base.Region.from_ir(p.value.args[1])
+            src, dst = load_of(p).src, load_of(p).dst
             if not all(same(s) for s in src.starts):
                 continue
             tile = tma.tile_of(src, dst)

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 
 from tvm import tirx
 
-from tilelang.op import gemm as gemm_op
-from tilelang.op.gemm import selection
+from tilelang.op import base
 from tilelang.transform.pipelining import marks
 from tilelang.transform.pipelining.marks import barrier  # noqa: F401  (lower_tma_copies uses it)
+from tilelang.transform.pipelining.wgmma_waits import mma_of
 from tilelang.utils.ir import seq
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel: K
     depth = max(c for _, c in consumers)
 
     def marked(items):
-        return [st if c is None else marks.at_stage(gemm_flags(st, tiles), c) for st, c in items]
+        return [st if c is None else marks.at_stage(mma_flags(st, tiles), c) for st, c in items]
 
     def release(e, iteration, when=marks.ALWAYS):
         return marks.release(e, iteration, runs, stages, when, kernel.cluster is not None)
@@ -78,16 +78,13 @@ def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel: K
     return seq(parts)
 
 
-def gemm_flags(stmt, tiles, wg_wait: int | None = None):
-    """A gemm statement with `wg_wait` (None: unchanged) and, when every shared operand is a tile
-    only the TMA unit writes (`tiles`), marked as needing no proxy fence (registers need none).
-    Other statements are returned unchanged."""
-    if not gemm_op.is_gemm(stmt):
+def mma_flags(stmt, tiles, wait: int | None = None):
+    """A statement running on the tensor cores (`TileOp.mma`: a gemm) with `wait` (None:
+    unchanged) and, when every shared operand is a tile only the TMA unit writes (`tiles`), marked
+    as needing no proxy fence (registers need none). Other statements are returned unchanged."""
+    m = mma_of(stmt)
+    if m is None:
         return stmt
-    call = stmt.value
-    g = gemm_op.Gemm(call)
-    shared = [r.buffer for r in (g.a, g.b) if r.buffer.scope().startswith("shared")]
-    tma_only = all(any(b.same_as(t) for t in tiles) for b in shared)
-    pending = g.wg_wait if wg_wait is None else wg_wait
-    own = list(call.args[:7]) + [tirx.const(pending, "int32"), tirx.const(int(tma_only), "int32")]
-    return tirx.Evaluate(selection.with_own_args(call, own), span=stmt.span)
+    tma_only = all(any(b.same_as(t) for t in tiles) for b in m.shared_operands)
+    pending = m.wait if wait is None else wait
+    return tirx.Evaluate(base.parse(stmt).with_wait(pending, tma_only), span=stmt.span)

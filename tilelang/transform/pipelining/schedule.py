@@ -1,10 +1,11 @@
 """The schedule of a `T.Pipelined` loop and the walk over a kernel's pipelined loops, shared by
 the pipelining passes (`plan_pipelines`, `inject_cp_async_pipelines`, `inject_tma_pipelines`).
 
-A loop's schedule (`schedule`): the global-to-shared copies of an iteration are the producers;
-everything else is a consumer, in stage 0 unless `T.Pipelined(order=, stage=, group=)` says
-otherwise. Each shared tile a producer writes gets one buffer per stage (`multi_buffer`), iteration
-k using buffer k % stages (`versioned`).
+A loop's schedule (`schedule`): the global-to-shared loads of an iteration (tile ops whose
+`async_load` answers: `T.copy` from global to shared) are the producers; everything else is a
+consumer, in stage 0 unless `T.Pipelined(order=, stage=, group=)` says otherwise. Each shared tile
+a producer writes gets one buffer per stage (`multi_buffer`), iteration k using buffer k % stages
+(`versioned`).
 
 `plan_pipelines` records each loop's form as loop annotations, read by the injection passes:
     tl.pipeline_form     "cp_async", "tma" (TMA loads, no producer warpgroup) or "tma_ws"
@@ -21,11 +22,10 @@ from tvm import ir, tirx
 
 from tilelang.errors import at_span
 from tilelang.layout.fragment import substitute
-from tilelang.op import base, tma
-from tilelang.op import copy as copy_op
 from tilelang.options import CompileOptions
-from tilelang.transform.common import Scope, mutate_with_scope, walk
+from tilelang.transform.common import Scope, mutate_with_scope
 from tilelang.transform.pipelining import checks
+from tilelang.transform.pipelining.checks import load_of, written
 from tilelang.utils.ir import collect
 
 FORM = "tl.pipeline_form"
@@ -45,27 +45,6 @@ def _inline_binds(stmts):
             mapping[s.var] = substitute(s.value, mapping)
             continue
         out.append(substitute(s, mapping) if mapping else s)
-    return out
-
-
-def _is_producer_copy(stmt) -> bool:
-    if not (isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value, copy_op.NAME)):
-        return False
-    src = base.Region.from_ir(stmt.value.args[0]).buffer
-    dst = base.Region.from_ir(stmt.value.args[1]).buffer
-    return src.scope() == "global" and dst.scope().startswith("shared")
-
-
-def _written(stmt):
-    """Buffers a statement writes: copy destinations and stored buffers."""
-    out = []
-    if isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value):
-        call = stmt.value
-        if base.is_tile_op(call, copy_op.NAME) or base.is_tile_op(call, "fill"):
-            out.append(
-                base.Region.from_ir(call.args[1] if base.is_tile_op(call, copy_op.NAME) else call.args[0]).buffer
-            )
-    tvm_ffi.structural_walk(stmt, [(tirx.BufferStore, lambda st: out.append(st.buffer))])
     return out
 
 
@@ -170,19 +149,19 @@ def schedule(loop) -> Plan:
         else:
             last = max(user_stage)
             producers = [s for s, st in zip(stmts, user_stage) if st < last]
-        if not all(_is_producer_copy(s) for s in producers):
+        if not all(load_of(s) is not None for s in producers):
             raise at_span(
                 "T.Pipelined: statements in the producer stage must be copies from global to shared memory", loop.span
             )
     else:
-        producers = [s for s in stmts if _is_producer_copy(s)]
+        producers = [s for s in stmts if load_of(s) is not None]
     ranked = sorted(range(len(stmts)), key=lambda j: (position[j], j))
     ordered = [stmts[j] for j in ranked]
     stage_of = [cstage[j] for j in ranked]
     consumers = [s for s in stmts if not any(s.same_as(p) for p in producers)]
     tiles = []
     for p in producers:
-        dst = base.Region.from_ir(p.value.args[1]).buffer
+        dst = load_of(p).dst.buffer
         if any(dst.same_as(t) for t in tiles):
             raise at_span(
                 f"T.Pipelined: shared tile '{dst.name}' is written by two copies of the loop; a pipelined "
@@ -191,7 +170,7 @@ def schedule(loop) -> Plan:
             )
         tiles.append(dst)
     for c in consumers:
-        for w in _written(c):
+        for w in written(c):
             if any(w.same_as(t) for t in tiles):
                 raise at_span(
                     f"T.Pipelined: shared tile '{w.name}' is written both by a copy in stage 0 and by "
@@ -252,7 +231,7 @@ def map_pipelined_loops(func: tirx.PrimFunc, visit, options: CompileOptions) -> 
     scope = Scope()
     target = func.attrs.get("target") if func.attrs is not None else None
     specialized = {}  # thread var -> loops warp-specialized in that kernel
-    tma_tiles = tma_only_tiles(func.body)
+    tma_tiles = checks.tma_only_tiles(func.body)
     binds = {b.var: b.value for b in collect(func.body, tirx.Bind)}
     depth = [0]  # loops around the one being visited
     guards = [0]  # conditions around it
@@ -301,20 +280,6 @@ def map_pipelined_loops(func: tirx.PrimFunc, visit, options: CompileOptions) -> 
         )
         _check_no_stale_use(body, new_tiles)
     return func.with_body(body)
-
-
-def tma_only_tiles(body) -> tuple:
-    """Shared tiles whose only writers are TMA loads (`lower_tma_copies`): wgmma needs no proxy
-    fence to read them."""
-    loaded = []
-
-    def on_eval(stmt):
-        if base.is_tile_op(stmt.value, tma.NAME):
-            loaded.append(base.Region.from_ir(stmt.value.args[1]).buffer)
-
-    walk(body, [(tirx.Evaluate, on_eval)])
-    generic = _written(body)
-    return tuple(b for b in loaded if not any(b.same_as(w) for w in generic))
 
 
 def _check_no_stale_use(body, new_tiles):

@@ -50,20 +50,17 @@ cp.async pipeline does.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from tvm import ir, tirx
 
 from tilelang import intrinsics
 from tilelang.layout.fragment import substitute
-from tilelang.op import base, tma
+from tilelang.op import tma
 from tilelang.transform.common import walk
 from tilelang.transform.pipelining import consumer_loop
-from tilelang.transform.pipelining.consumer_loop import Empty, barrier, gemm_flags
+from tilelang.transform.pipelining.checks import Kernel, load_of
+from tilelang.transform.pipelining.consumer_loop import Empty, barrier, mma_flags
 from tilelang.utils.ir import extern, is_zero, seq
-
-if TYPE_CHECKING:
-    from tilelang.transform.pipelining.checks import Kernel
 
 WS_REGION = "tl.ws"  # AttrStmt value: number of consumer threads
 WS_PRELUDE = "tl.ws_prelude"
@@ -117,7 +114,7 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
         return [tirx.BufferStore(counters[side], tirx.BufferLoad(counters[side], [0]) + n, [0])] if counters else []
 
     at_c = counted("consumer")
-    tiles = [base.Region.from_ir(p.value.args[1]).buffer for p in producers]
+    tiles = [load_of(p).dst.buffer for p in producers]
     consumers = [(st, c) for st, c in zip(plan.ordered, plan.stage_of) if not any(st.same_as(p) for p in producers)]
     full = {t: tirx.decl_buffer((stages,), "uint64", f"{t.name}_full", scope="shared") for t in tiles}
     # A tile of iteration j is free once the consumer stage c that reads it has run body j + c:
@@ -148,9 +145,9 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
         completing on its full barrier."""
         g = i if g is None else g
         stmt = at_iteration(p, i)
-        call = versioned(stmt, tirx.floormod(g, S)).value
-        src, dst = base.Region.from_ir(call.args[0]), base.Region.from_ir(call.args[1])
-        t = base.Region.from_ir(p.value.args[1]).buffer
+        at_stage = load_of(versioned(stmt, tirx.floormod(g, S)))
+        src, dst = at_stage.src, at_stage.dst
+        t = load_of(p).dst.buffer
         shared = any(p.same_as(m) for m in multicast)
         return tma.make(src, dst, barrier(full[t], tirx.floormod(g, S)), multicast=shared)
 
@@ -238,6 +235,6 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
     body = [
         extern("__syncthreads"),  # every thread is done with stage (i - 1) % S, which the loads overwrite
         tirx.IfThenElse(tirx.And(tx == 0, ahead < n), seq([load(p, ahead) for p in producers]), None),
-    ] + [gemm_flags(st, staged + list(kernel.tma_tiles)) for st, _ in consumer_items(i)]
+    ] + [mma_flags(st, staged + list(kernel.tma_tiles)) for st, _ in consumer_items(i)]
     main = tirx.For(i, 0, n, tirx.ForKind.SERIAL, seq(body), span=loop.span)
     return seq(allocs + prelude + [tirx.IfThenElse(tx == 0, first, None), main])

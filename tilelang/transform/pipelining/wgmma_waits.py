@@ -21,6 +21,10 @@ wait is `wait<k>`, k the number of groups issued after the newest one waited for
 fragments those gemms used (`op/wgmma_wait.py`); a wait right after the gemm it is for becomes the
 gemm's own `wg_wait`.
 
+Statements are asked through the tile-op protocol (`op/base.py`): `TileOp.mma` (a gemm's operands,
+accumulator, whether it runs asynchronously) and `TileOp.writes` (an op that does not say counts as
+writing every operand). The one op named is the wait it places (`op/wgmma_wait.py`).
+
 Across the loop's back edge the gemms still in flight at the end of the body are in flight at its
 start: the body is planned again from that state until the state repeats. The first iteration
 starts with fewer groups in flight (a suffix of that state), for which every `wait<k>` still holds.
@@ -33,9 +37,6 @@ from dataclasses import dataclass, replace
 from tvm import ir, tirx
 
 from tilelang.op import base, wgmma_wait
-from tilelang.op import copy as copy_op
-from tilelang.op import gemm as gemm_op
-from tilelang.op.gemm import wgmma as gemm_wgmma
 from tilelang.transform.common import branch_ranges
 from tilelang.utils.ir import collect, seq, statements
 
@@ -51,6 +52,12 @@ class Group:
     reads: tuple  # shared tiles it reads
 
 
+def mma_of(stmt) -> base.Mma | None:
+    """A statement's work on the tensor cores (`TileOp.mma`: a `T.gemm`), or None."""
+    op = base.parse(stmt) if isinstance(stmt, tirx.Evaluate) else None
+    return op.mma() if op is not None else None
+
+
 def _buffers(stmt):
     """(buffers `stmt` touches, buffers it writes), at tile-op level."""
     touched = [ld.source for ld in collect(stmt, ir.TensorLoad)] + [r.source for r in collect(stmt, ir.TensorRegion)]
@@ -60,15 +67,11 @@ def _buffers(stmt):
             # A buffer passed whole to another call (an extern's pointer): read and written.
             written += [a for a in call.args if base.is_buffer(a)]
             continue
-        regions = [base.Region.from_ir(a).buffer for a in call.args if isinstance(a, ir.TensorRegion)]
-        if base.is_tile_op(call, copy_op.NAME):
-            written.append(regions[1])
-        elif base.is_tile_op(call, gemm_op.NAME):
-            written.append(regions[2])
-        elif base.is_tile_op(call, "fill"):
-            written.append(regions[0])
-        else:  # reductions and the rest: treat every operand as written
-            written += regions
+        op = base.parse(call)
+        writes = op.writes() if op is not None else None
+        if writes is None:  # an op that does not say what it writes: every operand written
+            writes = [base.Region.from_ir(a).buffer for a in call.args if isinstance(a, ir.TensorRegion)]
+        written += writes
     touched += written
     return touched, written
 
@@ -83,15 +86,14 @@ class Waits:
 
     def __init__(self, thread, threads: int, flags, flight=()):
         self.thread, self.threads = thread, threads
-        self.flags = flags  # flags(gemm statement, wg_wait) -> the statement with that wait
+        self.flags = flags  # flags(mma statement, wait) -> the statement with that wait
         self.flight = list(flight)
 
-    def async_gemm(self, stmt):
-        """The parsed gemm when `stmt` is a top-level wgmma gemm that may run asynchronously."""
-        if not gemm_op.is_gemm(stmt):
-            return None
-        g = gemm_op.Gemm(stmt.value)
-        return g if isinstance(g.plan, gemm_wgmma.Plan) else None
+    def async_mma(self, stmt):
+        """The tensor-core work of `stmt` when it is a top-level op that may run asynchronously
+        (a wgmma gemm)."""
+        m = mma_of(stmt)
+        return m if m is not None and m.asynchronous else None
 
     def _wait_for(self, conflicts) -> list:
         """The wait for the in-flight groups for which `conflicts(group)` holds (and all older)."""
@@ -133,7 +135,7 @@ class Waits:
         return [tirx.IfThenElse(stmt.condition, sides[0], sides[1], span=stmt.span)]
 
     def statement(self, stmt, key: int, offset: int = 0) -> list:
-        g = self.async_gemm(stmt)
+        g = self.async_mma(stmt)
         if g is None:
             touched, written = _buffers(stmt)
             out = self._wait_for(
@@ -141,10 +143,9 @@ class Waits:
             )
             ranges = self.thread_branch(stmt)
             return out + (self._branch(stmt, ranges, key, offset) if ranges is not None else [stmt])
-        a_regs = g.a.buffer if g.a.buffer.scope() == "local.fragment" else None
-        out = self._wait_for(lambda G: _has([G.acc], a_regs) or _has([g.c.buffer], G.a_regs))
-        reads = tuple(r.buffer for r in (g.a, g.b) if r.buffer.scope().startswith("shared"))
-        self.flight.append(Group(key, offset, g.c.buffer, a_regs, reads))
+        a_regs, acc = g.register_operand, g.accumulator.buffer
+        out = self._wait_for(lambda G: _has([G.acc], a_regs) or _has([acc], G.a_regs))
+        self.flight.append(Group(key, offset, acc, a_regs, g.shared_operands))
         return out + [self.flags(stmt, -1)]
 
     def _reads_stage(self, g, offset, tiles) -> bool:
@@ -176,15 +177,15 @@ def fold(stmts, flags) -> list:
     own `wg_wait`: the gemm template waits and fences its accumulator and A operand itself."""
     out = []
     for st in stmts:
-        prev = out[-1] if out else None
+        g = mma_of(out[-1]) if out else None
         if (
-            gemm_op.is_gemm(prev)
+            g is not None
             and isinstance(st, tirx.Evaluate)
             and base.is_tile_op(st.value, wgmma_wait.NAME)
-            and gemm_op.Gemm(prev.value).wg_wait == -1
+            and g.wait == -1
         ):
-            g = gemm_op.Gemm(prev.value)
-            own = [g.c.buffer] + ([g.a.buffer] if g.a.buffer.scope() == "local.fragment" else [])
+            prev = out[-1]
+            own = [g.accumulator.buffer] + ([g.register_operand] if g.register_operand is not None else [])
             if all(_has(own, b) for b in wgmma_wait.fragments_of(st.value)):
                 out[-1] = flags(prev, wgmma_wait.pending_of(st.value))
                 continue
