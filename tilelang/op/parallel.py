@@ -123,7 +123,7 @@ class Split:
         zero = {v: tirx.const(0, str(v.ty.dtype)) for v in node.vars}
         env = dict(zip(node.vars, grid(node.shape)))
         npoints = int(np.prod(node.shape))
-        self._vars = node.vars
+        self._vars, self.loop_shape = node.vars, node.shape
         self.indices, self.outer, self.inner, self.values, self.offsets = list(indices), [], [], [], []
         for idx, n in zip(indices, shape):
             outer = ana.simplify(fl.substitute(idx, zero)) if _uses(idx, node.vars) else idx
@@ -281,7 +281,31 @@ def loop_layout_from(frag: fl.Fragment, indices, node: LoopNode, analyzer) -> fl
             f"variables of a loop over its own shape",
             node.span,
         )
+    whole = _is_identity(indices, node) and tuple(node.shape) == tuple(frag.shape)  # (its own layout)
+    if not whole and not fl.is_invertible(layout):
+        # Part of a fragment (`acc[:4, :]` of a 64-row accumulator) leaves gaps in its registers that
+        # the inverse lowering needs cannot express: number the touched registers densely.
+        points = grid(node.shape)
+        values = np.broadcast_to(evaluate(index, dict(zip(node.vars, points))), points[0].shape)
+        dense = fl.compact_index(index, values)
+        layout = fl.Fragment(node.shape, list(node.vars), base, dense, frag.num_threads, list(frag.groups), vec)
+        if vec > 1 and not _vectors_stay_contiguous(layout):
+            layout.vector_size = 1
+        if not fl.is_invertible(layout) and _is_identity(indices, node):
+            # Its threads have gaps too (rows 0..3 of an mma accumulator on threads 0..15 and 64..79):
+            # the loop runs over the whole fragment's registers and skips the iterations past its
+            # extents (`lower` guards them).
+            layout = frag.with_shape_vars(list(node.vars))
+            layout.vector_size = vec
     return layout
+
+
+def _vectors_stay_contiguous(layout: fl.Fragment) -> bool:
+    """Whether each run of `vector_size` elements along the last dimension (from a multiple of it)
+    sits in consecutive registers of one thread."""
+    base, index = (t.reshape(-1, layout.vector_size) for t in layout.tables())
+    steps = np.arange(layout.vector_size)
+    return bool((base == base[:, :1]).all() and (index == index[:, :1] + steps).all())
 
 
 def loop_layouts_following(frag: fl.Fragment, indices, node: LoopNode) -> list:
@@ -432,7 +456,7 @@ def _replicated_layout_from(node: LoopNode, perm, shape) -> fl.Fragment | None:
 def _touched(loop_layout: fl.Fragment, split: Split):
     """(runners, elements): the threads running each (point, offset combination), [loop replicas, n],
     and the element each touches."""
-    runners = loop_layout.holder_threads(grid(loop_layout.shape))
+    runners = loop_layout.holder_threads(grid(split.loop_shape))  # (a loop layout may pad the loop)
     return np.repeat(runners, split.combinations, axis=1), split.elements()
 
 
@@ -506,7 +530,7 @@ def _writes_memory(stmt) -> bool:
 def lower(loop, layout: fl.Fragment, ctx) -> tirx.Stmt:
     """The per-thread loop of a laid-out T.Parallel nest (fragments remapped by `ctx`)."""
     ana = ctx.analyzer
-    loop_vars, _, body = split_parallel_nest(loop)
+    loop_vars, extents, body = split_parallel_nest(loop)
     thread = ctx.thread
     vec, size = layout.vector_size, layout.local_size
     if vec > 1 and size % vec == 0:
@@ -519,6 +543,9 @@ def lower(loop, layout: fl.Fragment, ctx) -> tirx.Stmt:
         reg = outer
         ana.bind(outer, ir.Range(0, size))
     indices, valid = layout.with_shape_vars(loop_vars).inverse()(thread, reg)
+    for i, n, extent in zip(indices, layout.shape, extents):
+        if n > int(extent):  # a layout over more than the loop (`loop_layout_from`): skip the rest
+            valid = ana.simplify(tirx.And(valid, i < extent))
     mapping = {v: ana.simplify(i) for v, i in zip(loop_vars, indices)}
     body = ctx.remap(fl.substitute(body, mapping))
     if layout.groups and _writes_memory(body):

@@ -195,6 +195,27 @@ def fragment_indexed_past_its_extent():
     return main
 
 
+def first_rows_of_an_accumulator():
+    """The first 4 rows of a 64-row gemm accumulator copied out (`T.copy(acc_o[:valid_block_H, :],
+    O_shared)` of the GQA decode examples): the loop over those rows follows the accumulator, whose
+    registers for them have gaps (rows 8 to 15 of each 16 are the others)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 32), "float16"), B: T.Tensor((64, 32), "float16"), O: T.Tensor((4, 64), "float16")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((64, 32), "float16")
+            B_s = T.alloc_shared((64, 32), "float16")
+            S = T.alloc_fragment((64, 64), "float32")
+            O_s = T.alloc_shared((4, 64), "float16")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.gemm(A_s, B_s, S, transpose_B=True, clear_accum=True)
+            T.copy(S[:4, :], O_s)
+            T.copy(O_s, O)
+
+    return main
+
+
 # x[i, j] on threads 4 i + j and 4 i + j + 128: every element held by two threads.
 TWO_COPIES = fl.Fragment((32, 4), [_i, _j], _i * 4 + _j, tirx.const(0, "int32"), 256, [(128, 2)])
 
@@ -340,6 +361,23 @@ def test_a_register_flag_set_per_thread_keeps_its_branch_varying():
 )
 def test_kernels_lower(kernel):
     tilelang.compile(kernel(), out_idx=[-1], target="sm_80").get_kernel_source()
+
+
+def test_part_of_an_accumulator_gets_dense_registers():
+    # wgmma: rows 0..3 live on 16 threads, 16 elements each: registers 0..15 with no gaps.
+    func = _infer(first_rows_of_an_accumulator(), "sm_90a")
+    part = [lay for lay in _loop_layouts(func) if tuple(lay.shape) == (4, 64) and not lay.groups][0]
+    assert fl.is_invertible(part) and sorted(set(part.tables()[1].tolist())) == list(range(16))
+    tilelang.compile(first_rows_of_an_accumulator(), out_idx=[-1], target="sm_90a").get_kernel_source()
+
+
+def test_part_of_an_accumulator_on_scattered_threads_runs_over_the_whole():
+    # mma.sync: rows 0..3 live on threads 0..15 and 64..79, which no inverse expresses: the loop runs
+    # over the whole accumulator's registers and skips the other rows.
+    func = _infer(first_rows_of_an_accumulator(), "sm_80")
+    assert any(tuple(lay.shape) == (64, 64) for lay in _loop_layouts(func))
+    src = tilelang.compile(first_rows_of_an_accumulator(), out_idx=[-1], target="sm_80").get_kernel_source()
+    assert "S_local_ptr[" in src
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])

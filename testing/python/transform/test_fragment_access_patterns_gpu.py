@@ -7,6 +7,7 @@ import torch
 from test_fragment_access_patterns import (
     COLUMNS_MOD_4,
     block_sparse_gemm,
+    first_rows_of_an_accumulator,
     fragment_indexed_past_its_extent,
     row_max_spread_over_its_holders,
     split_combine,
@@ -60,6 +61,12 @@ def test_fragment_indexed_past_its_extent():
     a, s = torch.randn(64, device="cuda"), torch.randn(1, device="cuda")
     out = tilelang.compile(fragment_indexed_past_its_extent(), out_idx=[-1])(a, s)
     torch.testing.assert_close(out, a + s)
+
+
+def test_first_rows_of_an_accumulator():
+    a, b = torch.randn(64, 32, device="cuda").half(), torch.randn(64, 32, device="cuda").half()
+    out = tilelang.compile(first_rows_of_an_accumulator(), out_idx=[-1])(a, b)
+    torch.testing.assert_close(out, (a.float() @ b.float().T)[:4].half(), rtol=1e-2, atol=1e-2)
 
 
 def test_sum_of_a_replicated_fragment():
