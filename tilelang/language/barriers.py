@@ -220,7 +220,7 @@ def tma_copy(src, dst, *, barrier=None, leader_scope_threads=None, eviction_poli
         if policy not in copy_op.EVICTION_POLICIES:
             raise UserError(f"T.tma_copy: eviction_policy must be one of {copy_op.EVICTION_POLICIES}, got {policy!r}")
         hint_once("tma_copy.eviction_policy", f"T.tma_copy(eviction_policy={policy!r}): a cache hint not applied")
-    tile = tma.tile_of(s, d)
+    tile = tma.tile_of(s, d, window=True)
     if isinstance(tile, str):
         raise UserError(f"T.tma_copy of {s.describe()} into {d.describe()}: {tile}")
     emit_arrive = bool(given["emit_arrive"])

@@ -31,10 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from tvm import ir, tirx
+from tvm import ir, sym, tirx
 
 from tilelang.dtypes import bits as dtype_bits
-from tilelang.errors import CompilerError
+from tilelang.errors import CompilerError, at_span
 from tilelang.layout import layout as sl
 from tilelang.layout.evaluate import evaluate, grid
 from tilelang.op import base
@@ -81,14 +81,19 @@ class Tile:
     rows: int  # shared tile rows (product of the non-innermost extents)
     cols: int  # shared tile columns (the innermost extent, contiguous in global memory)
     bytes: int  # element size
+    # A window of a wider shared tile (`window`): the tile's columns and the window's first column.
+    full_cols: int | None = None
+    first_col: object = None
 
     @property
     def tile_bytes(self) -> int:
         return self.rows * self.cols * self.bytes
 
 
-def tile_of(src: base.Region, dst: base.Region) -> Tile | str:
-    """The copy as a TMA tile, or the reason it cannot be one."""
+def tile_of(src: base.Region, dst: base.Region, window: bool = False) -> Tile | str:
+    """The copy as a TMA tile, or the reason it cannot be one. With `window` (the user's
+    T.tma_copy), the destination may also be a block of whole columns of a wider shared tile
+    (`KV_shared[:, j * 64:(j + 1) * 64]`): `box_plan` then needs it to be whole swizzle panels."""
     g, s = src.buffer, dst.buffer
     if g.scope() != "global" or not s.scope().startswith("shared"):
         return "not a global-to-shared copy"
@@ -116,9 +121,13 @@ def tile_of(src: base.Region, dst: base.Region) -> Tile | str:
     rows = int(np.prod([e for e in extents[:-1]], dtype=np.int64)) if len(extents) > 1 else 1
     d_ext = [const_int(e) for e in dst.nonunit_extents()]
     want = [rows, extents[-1]] if rows > 1 else [extents[-1]]
-    if d_ext != want or [const_int(n) for n in s.shape[-len(want) :]] != want:
-        return "the shared tile is not a 2-d tile of the tensor's rows and contiguous columns"
-    return Tile(src, dst, rows, extents[-1], nbytes)
+    shape = [const_int(n) for n in s.shape[-len(want) :]]
+    if d_ext == want and shape == want:
+        return Tile(src, dst, rows, extents[-1], nbytes)
+    if window and len(want) == 2 and d_ext == want and shape[0] == rows and shape[1] is not None:
+        if const_int(dst.starts[-2]) == 0:  # whole rows of the shared tile, some of its columns
+            return Tile(src, dst, rows, extents[-1], nbytes, shape[1], dst.starts[-1])
+    return "the shared tile is not a 2-d tile of the tensor's rows and contiguous columns"
 
 
 def _tma_panels(rows: int, cols: int, nbytes: int, swizzle: int) -> np.ndarray:
@@ -135,7 +144,16 @@ def _tma_panels(rows: int, cols: int, nbytes: int, swizzle: int) -> np.ndarray:
 
 def box_plan(tile: Tile, layout: sl.Layout | None) -> tuple[int, int] | None:
     """(CUtensorMapSwizzle, box width in elements) such that the TMA boxes write `layout` (None:
-    row-major), or None when no swizzle mode writes it."""
+    row-major), or None when no swizzle mode writes it. A window of a wider tile is planned as the
+    whole tile and must be whole panels of it (boxes of the window's own width would not have the
+    wider tile's row pitch)."""
+    if tile.full_cols is not None:
+        whole = Tile(tile.src, tile.dst, tile.rows, tile.full_cols, tile.bytes)
+        plan = box_plan(whole, layout)
+        if plan is None or plan[0] == 0 or tile.cols % plan[1]:
+            return None
+        first = sym.Analyzer().simplify(tirx.floormod(tile.first_col, plan[1]))
+        return plan if const_int(first) == 0 else None
     lead = tuple(int(n) for n in layout.shape[:-2]) if layout is not None else ()
     for swizzle in (3, 2, 1, 0):
         span = _SWIZZLE_BYTES[swizzle] // tile.bytes if swizzle else tile.cols
@@ -235,7 +253,7 @@ class TmaCopy(base.TileOp):
         return f"T.tma_copy({self.src.name}, {self.dst.name})"
 
     def lower(self, ctx) -> tirx.Stmt:
-        loads = _lower(self.src, self.dst, self.barrier, self.multicast, ctx)
+        loads = _lower(self.src, self.dst, self.barrier, self.multicast, ctx, self.span)
         if not self.user:
             return seq([extern("tl::mbarrier_arrive_expect_tx", self.barrier, _bytes(self.src, self.dst))] + loads)
         stmts = [extern("tl::mbarrier_expect_tx", self.barrier, _bytes(self.src, self.dst))] + loads
@@ -251,16 +269,24 @@ class TmaCopy(base.TileOp):
 
 def _bytes(src, dst):
     # Each block receives the whole tile, multicast or not: its barrier expects all the bytes.
-    return tirx.const(tile_of(src, dst).tile_bytes, "uint32")
+    return tirx.const(tile_of(src, dst, window=True).tile_bytes, "uint32")
 
 
-def _lower(src, dst, barrier, multicast, ctx) -> list:
+def _lower(src, dst, barrier, multicast, ctx, span=None) -> list:
     """The tile's `tl::tma_load` (or multicast) calls, one per box."""
-    tile = tile_of(src, dst)
+    tile = tile_of(src, dst, window=True)
     if isinstance(tile, str):
         raise CompilerError(f"tl.tma_copy of {src.describe()}: {tile} (the pipeline planner should have kept it)")
     layout = ctx.shared_layout(dst.buffer)
     plan = box_plan(tile, layout)
+    if plan is None and tile.full_cols is not None:
+        raise at_span(
+            f"T.tma_copy into columns {dst.describe()} of the shared tile '{dst.buffer.name}' ({tile.rows} x "
+            f"{tile.full_cols}): the TMA unit writes a part of a tile only as whole swizzle panels of its layout "
+            f"({layout.name if layout else 'row-major: none'}); copy the whole tile, or columns starting and "
+            "ending at panel boundaries (64 fp16 / 32 fp32 columns with 128-byte swizzling)",
+            span,
+        )
     if plan is None:
         raise CompilerError(
             f"tl.tma_copy into '{dst.buffer.name}': its shared layout ({layout.name if layout else 'row-major'}) is "

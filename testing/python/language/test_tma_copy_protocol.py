@@ -285,3 +285,54 @@ def test_public_keyword_names():
             T.copy(A_s, C)
 
     assert barrier_protocol_problems(_lower(main), [0], 1) == []
+
+
+def column_windows(width=64):
+    """C = A @ B^T with B's 256 columns loaded into its shared tile as column blocks of `width`,
+    each on its own barrier (FlashMLA loads its KV tile this way): the consumer waits for all."""
+    parts = 256 // width
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 256), "float16"), B: T.Tensor((64, 256), "float16"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=256):
+            A_s = T.alloc_shared((64, 256), "float16")
+            B_s = T.alloc_shared((64, 256), "float16")
+            C_f = T.alloc_fragment((64, 64), "float32")
+            ready = T.alloc_barrier([128] * parts)
+            with T.ws(1):
+                for j in T.unroll(parts):
+                    T.tma_copy(A[:, j * width : (j + 1) * width], A_s[:, j * width : (j + 1) * width], barrier=ready[j])
+                    T.tma_copy(B[:, j * width : (j + 1) * width], B_s[:, j * width : (j + 1) * width], barrier=ready[j])
+                    T.barrier_arrive(ready[j])
+            with T.ws(0):
+                for j in T.unroll(parts):
+                    T.barrier_wait(ready[j], 0)
+                T.gemm(A_s, B_s, C_f, transpose_B=True)
+                T.copy(C_f, C)
+
+    return main
+
+
+def test_column_windows_of_a_swizzled_tile():
+    func = column_windows()
+    src = _source(func)
+    # Each 64-column block is one 128-byte-swizzled panel of the tile: one box each, at the panel.
+    loads = re.findall(r"tl::tma_load\(A_tma\d+, [^;]*?\* 8\)(?: \+ (\d+)\))?\]\)\), (\d+), 0\);", src)
+    assert sorted((int(off or 0), int(col)) for off, col in loads) == [(4096 * j, 64 * j) for j in range(4)]
+    assert src.count("tl::mbarrier_expect_tx(") == 8
+    assert barrier_protocol_problems(_lower(func), [0], 2) == []
+    cuda.compile_object(src, determine_target("sm_90a"))
+
+
+def test_a_window_off_the_panels_is_an_error():
+    where = r"test_tma_copy_protocol.py:\d+\n\s*\| T.tma_copy\(A\["
+    with pytest.raises(UserError, match=r"(?s)whole swizzle panels.*" + where):
+        _source(column_windows(width=32))
+
+
+@pytest.mark.gpu
+def test_column_windows_on_gpu():
+    kernel = tilelang.compile(column_windows(), out_idx=[2])
+    a = torch.randn(64, 256, device="cuda", dtype=torch.float16)
+    b = torch.randn(64, 256, device="cuda", dtype=torch.float16)
+    torch.testing.assert_close(kernel(a, b), a.float() @ b.float().T, rtol=1e-2, atol=1e-2)
