@@ -118,6 +118,15 @@ WGMMA_RS = _define("wgmma_rs", _WGMMA, "trans_a trans_b clear fence")
 GEMMS = (GEMM_SS, GEMM_RS, GEMM_SR, WGMMA_SS, WGMMA_RS)
 WGMMAS = (WGMMA_SS, WGMMA_RS)
 
+# 2:4 sparse A (compressed) times dense B with mma.sp (op/gemm_sp.py, gemm_sp.h); lde is the metadata
+# tile's row length and trans_e whether it is stored K-major, the rest as for mma.sync. Arguments: A, E,
+# B, C pointers (and a run-time clear flag).
+_MMA_SP = "M N K warp_m warp_n trans_a trans_b trans_e clear lda ldb lde swz_a swz_b"
+GEMM_SP_SS = _define("gemm_sp_ss", _MMA_SP, "trans_a trans_b trans_e clear")
+GEMM_SP_RS = _define("gemm_sp_rs", _MMA_SP, "trans_a trans_b trans_e clear")
+GEMM_SP_SR = _define("gemm_sp_sr", _MMA_SP, "trans_a trans_b trans_e clear")
+GEMM_SP_RR = _define("gemm_sp_rr", _MMA_SP, "trans_a trans_b trans_e clear")
+
 # The per-warpgroup N that the wgmma template's base atoms provide; any other multiple of 8 needs
 # its extended atoms (a larger header, included only by kernels that use one).
 WGMMA_BASE_N = (8, 16, 32, 64, 96, 128, 192, 256)

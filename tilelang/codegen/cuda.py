@@ -37,6 +37,7 @@ _HEADERS = [
     ("tl::shfl_xor", "reduce.h"),
     ("tl::atomic_", "atomic.h"),
     ("tl::gemm_", "gemm_mma.h"),
+    ("tl::gemm_sp_", "gemm_sp.h"),
     ("tl::wgmma_", "gemm_wgmma.h"),
     ("tl::ldmatrix", "warp_mma.h"),
     ("tl::mma_sync", "warp_mma.h"),
