@@ -41,8 +41,25 @@ def layouts(g, p: Plan, num_threads: int, span=None) -> dict:
     """{buffer: Fragment} for C and the fragment operands, for mma.sync plan `p`."""
     wm, wn = p.warp_m, p.warp_n
     WM, WN = g.M // wm, g.N // wn
-    NI, KT = WN // 8, g.K // p.k
-    out = {}
+    KT = g.K // p.k
+    out = {g.c.buffer: c_fragment(g.M, g.N, wm, wn, num_threads)}
+    shape = _WarpTiles(wm, wn, WM, WN, KT, p.k, num_threads)
+    if g.a.buffer.scope() == "local.fragment":
+        if g.trans_a:
+            raise at_span("T.gemm: an A operand in registers cannot be transposed", span)
+        out[g.a.buffer] = _fragment_a(g, shape)
+    if g.b.buffer.scope() == "local.fragment":
+        if g.trans_b:
+            raise at_span("T.gemm: a B operand in registers cannot be transposed", span)
+        out[g.b.buffer] = _fragment_b(g, shape)
+    return out
+
+
+def c_fragment(M: int, N: int, wm: int, wn: int, num_threads: int) -> fl.Fragment:
+    """The accumulator layout of an M x N tile of 16 x 8 mma atoms over wm x wn warps (gemm_mma.h's;
+    T.gemm_sp's mma.sp atoms hold theirs the same way)."""
+    WM, WN = M // wm, N // wn
+    NI = WN // 8
     i, j = fl.placeholder_vars(2)
     rr, cc = tirx.floormod(i, _c(16)), tirx.floormod(j, _c(8))
     lane = tirx.floormod(rr, _c(8)) * _c(4) + tirx.floordiv(cc, _c(2))
@@ -54,17 +71,7 @@ def layouts(g, p: Plan, num_threads: int, span=None) -> dict:
         + tirx.floormod(cc, _c(2))
     )
     # vector_size 2: each thread holds pairs of adjacent columns in adjacent registers.
-    out[g.c.buffer] = fl.Fragment((g.M, g.N), [i, j], c_thread, c_index, num_threads, vector_size=2)
-    shape = _WarpTiles(wm, wn, WM, WN, KT, p.k, num_threads)
-    if g.a.buffer.scope() == "local.fragment":
-        if g.trans_a:
-            raise at_span("T.gemm: an A operand in registers cannot be transposed", span)
-        out[g.a.buffer] = _fragment_a(g, shape)
-    if g.b.buffer.scope() == "local.fragment":
-        if g.trans_b:
-            raise at_span("T.gemm: a B operand in registers cannot be transposed", span)
-        out[g.b.buffer] = _fragment_b(g, shape)
-    return out
+    return fl.Fragment((M, N), [i, j], c_thread, c_index, num_threads, vector_size=2)
 
 
 class _WarpTiles:
