@@ -203,7 +203,12 @@ class Fragment:
     def is_injective(self) -> bool:
         """Whether no two elements share a (holder, register) pair."""
         base, index = self.tables()
-        return len(set(zip(base.tolist(), index.tolist()))) == base.size
+        key = base.astype(np.int64) * (int(index.max()) + 1) + index  # one number per (holder, register)
+        if key.min() < 0:
+            return int(np.unique(key).size) == key.size
+        hit = np.zeros(int(key.max()) + 1, dtype=bool)  # (a bitmap: np.unique sorts, far slower)
+        hit[key] = True
+        return int(np.count_nonzero(hit)) == key.size
 
     def is_fully_replicated(self) -> bool:
         """Whether every thread holds every element (a value read outside loops, `if mask[k]:`)."""

@@ -163,13 +163,14 @@ class _State:
         self.shared = {}  # shared tile -> Layout imposed by an instruction (gemm operand swizzles)
         self.partial = set()  # replicated fragments whose copies hold partial values (reducers)
         self.floating = {}  # fragments touched outside loops and tile ops -> (span, threads there, verb)
+        self.fixed_by = {}  # fragments whose layout a tile op fixes (strict level) -> that op, described
 
     def copy(self):
         other = _State(self.analyzer)
         other.fragments, other.sources, other.loops = dict(self.fragments), dict(self.sources), dict(self.loops)
         other.settled = set(self.settled)
         other.shared = dict(self.shared)
-        other.partial, other.floating = self.partial, self.floating
+        other.partial, other.floating, other.fixed_by = self.partial, self.floating, self.fixed_by
         return other
 
     def adopt(self, other):
@@ -228,6 +229,25 @@ def _outer_hint(buffer, indices, node) -> str:
     )
 
 
+def _fixed_hint(state, buffer, node) -> str:
+    """Why a loop cannot follow two fragments whose layouts instructions fix (the accumulators of
+    two gemms added element-wise, when the gemms use different instructions or warp layouts)."""
+    if buffer not in state.fixed_by:
+        return ""
+    for other in node.fragments:
+        if (
+            other is not buffer
+            and other in state.fixed_by
+            and not state.fragments[other].is_equivalent(state.fragments[buffer])
+        ):
+            return (
+                f" ({state.fixed_by[buffer]} and {state.fixed_by[other]} fix the layouts of '{buffer.name}' and "
+                f"'{other.name}', and they differ (different instructions or warp layouts); give the ops the "
+                f"same instruction and warp policy, or pass one result through a shared tile first)"
+            )
+    return ""
+
+
 def _floating_hint(state, buffer) -> str:
     if buffer not in state.floating:
         return ""
@@ -264,7 +284,8 @@ def _settle_loop(state, node, layout):
                         f"layout inference: fragment '{buffer.name}' is used by two operations that need "
                         f"different layouts: its layout {_origin(source)}, and the {node.describe()} "
                         f"{'at the second' if source is not None else 'below'} would run its elements on "
-                        f"other threads{_thread_hint(frag, layout)}{_outer_hint(buffer, indices, node)}",
+                        f"other threads{_thread_hint(frag, layout)}{_outer_hint(buffer, indices, node)}"
+                        f"{_fixed_hint(state, buffer, node)}",
                         source,
                         node.span,
                     )
@@ -308,6 +329,7 @@ def strict_level(func, nodes, state, options=None):
         fragments, shared = node.op.strict_layouts(target, node.num_threads, options)
         state.partial.update(node.op.partial_fragments())
         for buffer, layout in fragments.items():
+            state.fixed_by[buffer] = node.describe()
             if len(layout.shape) != len(buffer.shape):
                 raise at_span(
                     f"layout inference: {node.describe()} lays out fragment '{buffer.name}' as a "

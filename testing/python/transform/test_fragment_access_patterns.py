@@ -330,6 +330,26 @@ def test_a_fragment_of_a_thread_branch_read_by_the_whole_block_is_an_error():
         tilelang.compile(main, out_idx=[1], target="sm_90a")
 
 
+def test_two_gemm_results_in_different_registers_are_reported_with_both_gemms():
+    # The GDN backward example adds the accumulators of two gemms that got different layouts.
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((64, 64), "float16")
+            X = T.alloc_fragment((64, 64), "float32")
+            Y = T.alloc_fragment((64, 64), "float32")
+            T.copy(A, A_s)
+            T.gemm(A_s, A_s, X, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+            T.gemm(A_s, A_s, Y, clear_accum=True, policy=T.GemmWarpPolicy.FullCol)
+            for i, j in T.Parallel(64, 64):
+                C[i, j] = X[i, j] - Y[i, j]
+
+    with pytest.raises(
+        UserError, match=r"(?s)T.gemm\(A_s, A_s, [XY]\) and T.gemm\(A_s, A_s, [XY]\) fix the layouts.*shared tile"
+    ):
+        tilelang.compile(main, out_idx=[1], target="sm_80")
+
+
 def test_a_register_flag_set_per_thread_keeps_its_branch_varying():
     @T.prim_func
     def main(A: T.Tensor((128, 32), "float16"), C: T.Tensor((128, 32), "float16")):
