@@ -9,7 +9,7 @@ Layout rules (used by `transform/infer_layout.py`):
     in some order, gives it the loop's layout; dimensions indexed by constants or by variables
     from outside the nest are held whole by each thread;
   * free level: the plain spread over the threads (`layout.fragment.partition`), vectorized.
-Indices may mix the nest's variables with variables from outside it (`Split`): the checks run
+Indices may mix the nest's variables with variables from outside it (`op/loop_indices.py`): the checks run
 over every value those can take with the element in bounds.
 
 Lowering: a thread visits the iterations it owns by inverting the loop layout: register index r
@@ -33,6 +33,7 @@ from tilelang.errors import at_span
 from tilelang.layout import fragment as fl
 from tilelang.layout.evaluate import NotEvaluable, evaluate, grid
 from tilelang.op import copy as copy_op
+from tilelang.op import loop_indices
 from tilelang.op.loops import is_parallel, split_parallel_nest
 from tilelang.op.vectorize import plan_vector_size
 from tilelang.utils.ir import i32 as _c
@@ -52,7 +53,7 @@ class LoopNode:
         self.layout = None
         self.accesses = []  # (buffer, indices, is_store) of fragments
         # Knows the enclosing loops' ranges (the scope's analyzer), and below the nest's own and its
-        # inner serial loops': an index such as `jj * 4 + j` splits by them (`Split`).
+        # inner serial loops': an index such as `jj * 4 + j` splits by them (`loop_indices.Split`).
         self.analyzer = analyzer if analyzer is not None else sym.Analyzer()
         self._splits = {}
 
@@ -96,129 +97,15 @@ class LoopNode:
                 seen.append(b)
         return seen
 
-    def split(self, indices, shape) -> Split:
+    def split(self, indices, shape) -> loop_indices.Split:
         """The `Split` of one of `accesses`' index lists (computed once)."""
         key = id(indices)
         if key not in self._splits:
-            self._splits[key] = Split(self, indices, shape)
+            self._splits[key] = loop_indices.Split(self, indices, shape)
         return self._splits[key]
 
     def describe(self) -> str:
         return f"T.Parallel loop of shape [{', '.join(str(e) for e in self.extents)}]"
-
-
-class Split:
-    """A fragment's indices in a T.Parallel nest, each split as `outer + inner`: `inner` a function of
-    the nest's variables alone, `outer` free of them (an enclosing or inner serial loop's variable,
-    a constant). `offsets[d]` lists the values outer[d] takes with the element inside the
-    fragment; the nest touches element `outer + inner(point)` for every combination of them.
-
-    `lse[k, i]` in a loop over i, k from an enclosing loop over 4: outer (k, 0), inner (0, i),
-    offsets ([0, 1, 2, 3], [0]). Raises NotEvaluable when an index does not split that way
-    (`(k * 128 + i) % 256`) or its inner part reads memory.
-    """
-
-    def __init__(self, node: LoopNode, indices, shape):
-        ana = node.analyzer
-        zero = {v: tirx.const(0, str(v.ty.dtype)) for v in node.vars}
-        env = dict(zip(node.vars, grid(node.shape)))
-        npoints = int(np.prod(node.shape))
-        self._vars, self.loop_shape = node.vars, node.shape
-        self.indices, self.outer, self.inner, self.values, self.offsets = list(indices), [], [], [], []
-        for idx, n in zip(indices, shape):
-            outer = ana.simplify(fl.substitute(idx, zero)) if _uses(idx, node.vars) else idx
-            inner = ana.simplify(idx - outer) if _uses(idx, node.vars) else tirx.const(0, "int32")
-            others = _free_vars(inner, node.vars)
-            if others:
-                raise NotEvaluable(f"index {idx} whose {others[0]} does not separate from the loop's variables")
-            values = np.broadcast_to(evaluate(inner, env), (npoints,))
-            self.outer.append(outer)
-            self.inner.append(inner)
-            self.values.append(values)
-            self.offsets.append(_offsets(outer, int(n) - int(values.max()) - 1, -int(values.min()), ana))
-
-    @property
-    def varies(self) -> bool:
-        """Whether the nest touches different elements from one run to the next (outer variables)."""
-        return any(len(o) > 1 for o in self.offsets)
-
-    @property
-    def combinations(self) -> int:
-        return int(np.prod([len(o) for o in self.offsets]))
-
-    def elements(self):
-        """The touched elements' indices, per dimension: arrays over (point, offset combination),
-        point-major, `combinations` consecutive entries per point."""
-        combos = [c.reshape(-1) for c in np.meshgrid(*self.offsets, indexing="ij")]
-        return [(v[:, None] + c[None, :]).reshape(-1) for v, c in zip(self.values, combos)]
-
-    def representative(self):
-        """The indices with each outer part at its first offset: expressions of the nest's variables."""
-        return [
-            idx if isinstance(o, tirx.IntImm) else inner + tirx.const(int(offs[0]), str(inner.ty.dtype))
-            for idx, o, inner, offs in zip(self.indices, self.outer, self.inner, self.offsets)
-        ]
-
-    def loop_dims(self):
-        """For each dimension: the position of the nest variable that alone indexes it (`frag[.., i, ..]`),
-        -1 for a constant or outer-only index, None for anything else."""
-        out = []
-        for idx in self.indices:
-            if not _uses(idx, self._vars):
-                out.append(-1)
-            elif isinstance(idx, ir.Var):
-                out.append(next(k for k, v in enumerate(self._vars) if idx.same_as(v)))
-            else:
-                out.append(None)
-        return out
-
-
-def outer_variables(indices, node: LoopNode) -> list:
-    """Names of the variables other than the nest's in `indices` (from loops around it)."""
-    names = []
-    for idx in indices:
-        names += [n for n in _free_vars(idx, node.vars) if n not in names]
-    return names
-
-
-def _uses(expr, variables) -> bool:
-    """Whether `expr` uses any of `variables`."""
-    found = []
-
-    def on_var(v):
-        if any(v.same_as(u) for u in variables):
-            found.append(v)
-
-    tvm_ffi.structural_walk(expr, [(ir.Var, on_var)])
-    return bool(found)
-
-
-def _free_vars(expr, variables) -> list:
-    """Names of the variables of `expr` other than `variables` (buffers aside)."""
-    found = []
-
-    def on_var(v):
-        if not any(v.same_as(u) for u in variables) and not tirx.is_buffer_var(v):
-            found.append(v.name)
-
-    tvm_ffi.structural_walk(expr, [(ir.Var, on_var)])
-    return found
-
-
-def _offsets(outer, high: int, low: int, analyzer) -> np.ndarray:
-    """The values of `outer` in [low, high] (those that keep the element in bounds) that the
-    analyzer allows (its bounds and stride); the whole range when it knows nothing."""
-    if isinstance(outer, tirx.IntImm):
-        return np.array([int(outer.value)], dtype=np.int64)
-    if high < low:
-        return np.array([max(low, 0)], dtype=np.int64)  # out of bounds however it is read: checked elsewhere
-    bound = analyzer.const_int_bound(outer)
-    lo, hi = max(low, int(bound.min_value)), min(high, int(bound.max_value))
-    mod = analyzer.modular_set(outer)
-    values = np.arange(lo, hi + 1, dtype=np.int64)
-    coeff, base = int(mod.coeff), int(mod.base)
-    values = values[values == base] if coeff == 0 else values[(values - base) % coeff == 0]
-    return values if values.size else np.arange(low, high + 1, dtype=np.int64)
 
 
 def with_static_extents(loop, analyzer):
@@ -245,7 +132,7 @@ def _is_identity(indices, node) -> bool:
     )
 
 
-def _same_threads_for_every_offset(frag: fl.Fragment, split: Split) -> bool:
+def _same_threads_for_every_offset(frag: fl.Fragment, split: loop_indices.Split) -> bool:
     """Whether each point's element lives on the same threads whatever the outer variables' values."""
     if not split.varies:
         return True
@@ -315,7 +202,7 @@ def loop_layouts_following(frag: fl.Fragment, indices, node: LoopNode) -> list:
     runs once), else every holder runs them all (a replicated loop). Empty when the indices use
     every loop variable (`loop_layout_from`) or nothing fits."""
     split = node.split(indices, frag.shape)
-    used = [k for k, v in enumerate(node.vars) if any(_uses(i, [v]) for i in split.inner)]
+    used = [k for k, v in enumerate(node.vars) if any(loop_indices.uses(i, [v]) for i in split.inner)]
     unused = [k for k in range(len(node.vars)) if k not in used]
     if not unused or frag.num_threads != node.num_threads or not _same_threads_for_every_offset(frag, split):
         return []  # (a fragment of a thread branch, `if tx < n:`, cannot give the whole block's loop its threads)
@@ -453,7 +340,7 @@ def _replicated_layout_from(node: LoopNode, perm, shape) -> fl.Fragment | None:
         return None
 
 
-def _touched(loop_layout: fl.Fragment, split: Split):
+def _touched(loop_layout: fl.Fragment, split: loop_indices.Split):
     """(runners, elements): the threads running each (point, offset combination), [loop replicas, n],
     and the element each touches."""
     runners = loop_layout.holder_threads(grid(split.loop_shape))  # (a loop layout may pad the loop)

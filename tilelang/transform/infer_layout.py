@@ -18,7 +18,7 @@ Three levels, as in TileLang, each a function of its own:
 A fragment may be indexed by variables from outside the nest (`lse[k, i]`, `x[i, jj * 4 + j]`,
 k and jj from loops around it): a loop follows it if the elements it touches stay on the same
 threads for every value of those variables, and a fragment laid out from such a loop holds the
-dimensions they index whole in each thread (`op/parallel.py` Split).
+dimensions they index whole in each thread (`op/loop_indices.py`).
 
 Before:  for i, j in T.Parallel(128, 64): C_f[i, j] = A_s[i, j]        (128 threads)
 After:   the loop carries annotation `tl.loop_layout` (thread = (i*64+j)//4 % 128, vector 4) and the
@@ -46,7 +46,7 @@ from tilelang.layout import fragment as fl
 from tilelang.layout import layout as sl
 from tilelang.layout.evaluate import NotEvaluable
 from tilelang.layout.layout import shared_layout_from_ir, shared_layout_to_ir
-from tilelang.op import base, parallel
+from tilelang.op import base, loop_indices, parallel
 from tilelang.op.loops import is_parallel
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform.common import Scope, collect, mutate_with_scope, walk
@@ -220,7 +220,7 @@ def _origin(source) -> str:
 
 def _outer_hint(buffer, indices, node) -> str:
     """Why a loop indexing a fragment with variables from outside it cannot follow the fragment."""
-    names = parallel.outer_variables(indices, node)
+    names = loop_indices.outer_variables(indices, node)
     if not names:
         return ""
     return (
