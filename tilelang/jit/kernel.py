@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from tilelang.jit.outputs import check_outputs
 from tilelang.jit.params import as_pointer, bind_symbols, diagnose, params_of, resolve_shape
 from tilelang.log import report, timed
 from tilelang.options import CompileOptions
@@ -70,6 +71,7 @@ class JITKernel:
         self.name = name or str(func.attrs.get("global_symbol", "main") if func.attrs else "main")
         self.params = params_of(func)
         self.out_idx = normalize_out_idx(out_idx, len(self.params))
+        check_outputs(func, self.out_idx, self.name)
         self._in_idx = [k for k in range(len(self.params)) if k not in self.out_idx]
         # Seconds per compile phase (parse, passes, codegen, nvcc, host compiler, link, load).
         self.compile_times = dict(times or {})
