@@ -17,6 +17,7 @@ Every layer may import this module (it imports only TVM).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import tvm
@@ -91,6 +92,34 @@ def lookup(node) -> Intrinsic | None:
     """The intrinsic `node` (a call, or a statement evaluating one) calls, or None."""
     call = _call_of(node)
     return _BY_OP.get(call.op.name) if call is not None else None
+
+
+def device_call(node):
+    """(name, template parameters, arguments) of a device call (an `ir.Call`, or a statement
+    evaluating one): an intrinsic read by its parameters ("tl::wgmma_ss", (64, 128, ...), args), or
+    an extern call with its template parameters parsed ("tl::mbarrier_wait", (), args); None for
+    anything else (a TVM builtin, an expression)."""
+    call = node.value if isinstance(node, tirx.Evaluate) else node
+    if not isinstance(call, ir.Call) or not isinstance(call.op, ir.Op):
+        return None
+    if call.op.name.startswith(PREFIX):
+        intrinsic = lookup(call)
+        return f"tl::{intrinsic.name}", tuple(intrinsic.template(call).values()), intrinsic.args(call)
+    if call.op.name == "tirx.call_extern":
+        name = str(call.args[0].value)
+        base, _, template = name.partition("<")
+        values = tuple(int(x) if x not in ("true", "false") else int(x == "true") for x in _TOKEN.findall(template))
+        return base, values, list(call.args[1:])
+    return None
+
+
+def call_name(node) -> str | None:
+    """The name of the device function `node` calls (without template parameters), or None."""
+    found = device_call(node)
+    return found[0] if found else None
+
+
+_TOKEN = re.compile(r"-?\d+|true|false")
 
 
 def _define(name: str, params: str = "", flags: str = "") -> Intrinsic:

@@ -14,13 +14,10 @@ float compare, a global load) cannot be computed: `value` raises ProtocolError.
 
 from __future__ import annotations
 
-import re
-
 from tvm import ir, tirx
 
 from tilelang.analysis.block_state import ProtocolError
-
-_INTRINSIC_PREFIX = "tl.device."  # the ops of tilelang.intrinsics
+from tilelang.intrinsics import call_name, device_call  # noqa: F401  (read here and by the interpreter)
 
 _BINARY = {
     "Add": lambda a, b: a + b,
@@ -105,31 +102,3 @@ def barrier_key(ptr, env):
     """(buffer name, index) of an `address_of(buf[i])` barrier pointer."""
     load = ptr.args[0]
     return load.source.name, value(load.indices[0], env)
-
-
-def device_call(node):
-    """(name, template parameters, arguments) of a device call (an `ir.Call`, or a statement
-    evaluating one), or None for anything else (a TVM builtin, an expression)."""
-    call = node.value if isinstance(node, tirx.Evaluate) else node
-    if not isinstance(call, ir.Call) or not isinstance(call.op, ir.Op):
-        return None
-    if call.op.name.startswith(_INTRINSIC_PREFIX):
-        from tilelang import intrinsics
-
-        intrinsic = intrinsics.lookup(call)
-        return f"tl::{intrinsic.name}", tuple(intrinsic.template(call).values()), intrinsic.args(call)
-    if call.op.name == "tirx.call_extern":
-        name = str(call.args[0].value)
-        base, _, template = name.partition("<")
-        values = tuple(int(x) if x not in ("true", "false") else int(x == "true") for x in _TOKEN.findall(template))
-        return base, values, list(call.args[1:])
-    return None
-
-
-def call_name(node) -> str | None:
-    """The name of the device function `node` calls (without template parameters), or None."""
-    found = device_call(node)
-    return found[0] if found else None
-
-
-_TOKEN = re.compile(r"-?\d+|true|false")

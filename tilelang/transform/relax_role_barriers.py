@@ -34,7 +34,7 @@ import tvm_ffi
 from tvm import ir, tirx
 
 from tilelang import intrinsics
-from tilelang.analysis.block_values import device_call
+from tilelang.intrinsics import device_call
 from tilelang.transform import sync_thread_branches
 from tilelang.utils.ir import is_block_barrier, seq
 
