@@ -42,6 +42,7 @@ class Empty:
     depth: int  # the consumer stage that reads the tiles last
     staged: list  # the tiles' multi-buffered buffers
     tiles: list  # the tiles as the loop body names them
+    generic: bool = False  # the consumers read the tiles with ordinary loads, not only as wgmma operands
 
 
 def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel: Kernel, runs=None):

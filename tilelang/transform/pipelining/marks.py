@@ -5,7 +5,8 @@ the pass right after it (nothing else sees these; `place_wgmma_waits` removes th
                          consumer stage c, so it works on iteration i - c of the body's i
     tl.release_stage     a call where a stage of the pipeline is freed: "nothing after this point
                          reads the stage holding iteration `iteration` of these tiles; arrive on its
-                         "empty" barrier once the gemms still reading it are complete"
+                         "empty" barrier once the gemms still reading it are complete" (after a proxy
+                         fence when the consumers read the tiles with ordinary loads)
 
 `place_wgmma_waits` decides whether each release waits for those gemms or, in the loop, frees the
 stage one iteration late so that they run on (`when` says which of the releases around the loop
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from tvm import ir, tirx
 
 from tilelang.op import base
-from tilelang.utils.ir import const_int, extern, i32
+from tilelang.utils.ir import const_int, extern, i32, seq
 
 CONSUMER_STAGE = "tl.consumer_stage"
 RELEASE = "release_stage"  # the call `tl.release_stage(...)`
@@ -63,13 +64,21 @@ class Release:
     when: int  # ALWAYS, ON_TIME or LATE
     cluster: bool  # a 2-block cluster: arrive on both blocks' barrier
     tiles: tuple  # the stage's multi-buffered tiles
+    generic: bool = False  # the consumers read the tiles through the generic proxy (see `arrive`)
 
     def arrive(self, iteration=None) -> tirx.Stmt:
-        """The consumer warps' arrival freeing the stage of `iteration` (default: the marked one)."""
+        """The consumer warps' arrival freeing the stage of `iteration` (default: the marked one).
+
+        When the consumers read the stage with ordinary loads (ldmatrix, ld.shared: the generic
+        proxy) rather than only as wgmma operands, each thread first fences its reads against the
+        async proxy: the producer's next TMA load into the stage is an async-proxy write, and an
+        arrival alone does not order it after reads still in flight (ptxas issues the arrival right
+        after a warp's ldmatrix instructions, before their results are used)."""
         it = self.iteration if iteration is None else iteration
         counted = it if self.runs is None else self.runs + it  # as the barriers count iterations
         name = "tl::mbarrier_arrive_cluster_warp" if self.cluster else "tl::mbarrier_arrive_warp"
-        return extern(name, barrier(self.barrier, tirx.floormod(counted, tirx.const(self.stages, "int32"))))
+        arrival = extern(name, barrier(self.barrier, tirx.floormod(counted, tirx.const(self.stages, "int32"))))
+        return seq([extern("tl::fence_proxy_async_shared"), arrival]) if self.generic else arrival
 
 
 def release(empty, iteration, runs, stages: int, when: int, cluster: bool) -> tirx.Stmt:
@@ -79,7 +88,8 @@ def release(empty, iteration, runs, stages: int, when: int, cluster: bool) -> ti
         return tirx.BufferRegion(buffer, [ir.Range.from_min_extent(0, n) for n in buffer.shape])
 
     args = [whole(empty.barrier), iteration, i32(0) if runs is None else runs]
-    args += [i32(stages), i32(empty.depth), i32(when), i32(int(cluster))] + [whole(t) for t in empty.staged]
+    args += [i32(stages), i32(empty.depth), i32(when), i32(int(cluster)), i32(int(empty.generic))]
+    args += [whole(t) for t in empty.staged]
     return tirx.Evaluate(base.make_call(RELEASE, args))
 
 
@@ -89,5 +99,6 @@ def parse_release(stmt) -> Release | None:
         return None
     args = stmt.value.args
     runs = None if const_int(args[2]) == 0 else args[2]
-    tiles = tuple(r.source for r in args[7:])
-    return Release(args[0].source, args[1], runs, *(const_int(a) for a in args[3:6]), bool(const_int(args[6])), tiles)
+    tiles = tuple(r.source for r in args[8:])
+    flags = (bool(const_int(args[6])), tiles, bool(const_int(args[7])))
+    return Release(args[0].source, args[1], runs, *(const_int(a) for a in args[3:6]), *flags)

@@ -5,7 +5,7 @@ A loop's schedule (`schedule`): the global-to-shared loads of an iteration (tile
 `async_load` answers: `T.copy` from global to shared) are the producers; everything else is a
 consumer, in stage 0 unless `T.Pipelined(order=, stage=, group=)` says otherwise. Each shared tile
 a producer writes gets one buffer per stage (`multi_buffer`), iteration k using buffer k % stages
-(`versioned`).
+(`versioned`); the tile's T.annotate_layout moves to that buffer, each stage laid out alike.
 
 `plan_pipelines` records each loop's form as loop annotations, read by the injection passes:
     tl.pipeline_form     "cp_async", "tma" (TMA loads, no producer warpgroup) or "tma_ws"
@@ -22,8 +22,10 @@ from tvm import ir, tirx
 
 from tilelang.errors import at_span
 from tilelang.layout.fragment import substitute
+from tilelang.layout.layout import Layout, shared_layout_from_ir, shared_layout_to_ir
 from tilelang.options import CompileOptions
 from tilelang.transform.common import Scope, mutate_with_scope
+from tilelang.transform.infer_layout import ANNOTATED_LAYOUTS
 from tilelang.transform.pipelining import checks
 from tilelang.transform.pipelining.checks import load_of, written
 from tilelang.utils.ir import collect
@@ -279,7 +281,30 @@ def map_pipelined_loops(func: tirx.PrimFunc, visit, options: CompileOptions) -> 
             body, [(tirx.AllocBuffer, lambda a: tirx.AllocBuffer(new_tiles[a.buffer]) if a.buffer in new_tiles else a)]
         )
         _check_no_stale_use(body, new_tiles)
+        func = _layouts_follow(func, new_tiles)
     return func.with_body(body)
+
+
+def _layouts_follow(func: tirx.PrimFunc, new_tiles: dict) -> tirx.PrimFunc:
+    """A multi-buffered tile's `T.annotate_layout` moves to its new buffer: each stage laid out as
+    the tile was, the stages one after another (hand-written code reading the tile, and the copies
+    writing it, then agree on the layout the user asked for)."""
+    annotated = func.attrs.get(ANNOTATED_LAYOUTS) if func.attrs is not None else None
+    if annotated is None or not any(b in new_tiles for b in annotated):
+        return func
+    moved = {}
+    for b, value in annotated.items():
+        if b not in new_tiles:
+            moved[b] = value
+            continue
+        lay = shared_layout_from_ir(value)
+        stage = tirx.Var("stage", "int32")
+        forward = stage * tirx.const(lay.physical_size, "int32") + lay.forward
+        stages = int(new_tiles[b].shape[0])
+        moved[new_tiles[b]] = shared_layout_to_ir(
+            Layout((stages, *lay.shape), [stage, *lay.vars], forward, stages * lay.physical_size, lay.name)
+        )
+    return func.with_attr(ANNOTATED_LAYOUTS, tvm_ffi.convert(moved))
 
 
 def _check_no_stale_use(body, new_tiles):

@@ -18,6 +18,11 @@ Warp-specialized (default; `tl.disable_warp_specialized` turns it off):
         loop body on stage i % S
         arrive(empty_j[i % S])                 # one per consumer warp (the barrier's count)
 
+A consumer that reads a stage with ordinary loads (ldmatrix, ld.shared: the generic proxy; anything
+but a wgmma operand) fences those reads against the async proxy (fence.proxy.async) before the
+stage is freed (before the arrival, or the block barrier): the next TMA load into the stage is an
+async-proxy write, which neither of those orders after reads still in flight.
+
 Tiles the consumers read in the same consumer stage share one "empty" barrier per stage. The
 consumers' side (`consumer_loop`) also runs consumer stages one iteration apart, and marks where
 each stage is freed: `place_wgmma_waits` then runs the wgmma gemms asynchronously, makes the
@@ -60,7 +65,8 @@ from tilelang.transform.common import walk
 from tilelang.transform.pipelining import consumer_loop
 from tilelang.transform.pipelining.checks import Kernel, load_of
 from tilelang.transform.pipelining.consumer_loop import Empty, barrier, mma_flags
-from tilelang.utils.ir import extern, is_zero, seq
+from tilelang.transform.pipelining.wgmma_waits import mma_of
+from tilelang.utils.ir import collect, extern, is_zero, seq
 
 WS_REGION = "tl.ws"  # AttrStmt value: number of consumer threads
 WS_PRELUDE = "tl.ws_prelude"
@@ -83,6 +89,23 @@ def _uses(stmt, buffer) -> bool:
 
     walk(stmt, [(ir.TensorRegion, lambda r: hit(r, r.source)), (ir.TensorLoad, lambda ld: hit(ld, ld.source))])
     return bool(found)
+
+
+def _read_generically(consumers, tile) -> bool:
+    """Whether a consumer reads `tile` with ordinary loads (ldmatrix, ld.shared: the generic proxy),
+    not only as a wgmma operand (the async proxy, as the TMA unit writes). Such reads must be fenced
+    (fence.proxy.async) before the stage is handed back to the TMA loads: a barrier alone does not
+    order an async-proxy write after them."""
+
+    def uses(node):
+        hits = [r for r in collect(node, ir.TensorRegion) if r.source.same_as(tile)]
+        return len(hits) + len([ld for ld in collect(node, ir.TensorLoad) if ld.source.same_as(tile)])
+
+    def on_wgmma(node):
+        m = mma_of(node)
+        return m is not None and m.asynchronous
+
+    return any(uses(st) > sum(uses(e) for e in collect(st, tirx.Evaluate) if on_wgmma(e)) for st, _ in consumers)
 
 
 def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, specialize: bool, cluster=None):
@@ -132,6 +155,7 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
             c,
             [s for t, s in zip(tiles, staged) if read_in[t] == c],
             [t for t in tiles if read_in[t] == c],
+            any(_read_generically(consumers, t) for t in tiles if read_in[t] == c),
         )
         for c in depths
     ]
@@ -236,5 +260,8 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
         extern("__syncthreads"),  # every thread is done with stage (i - 1) % S, which the loads overwrite
         tirx.IfThenElse(tirx.And(tx == 0, ahead < n), seq([load(p, ahead) for p in producers]), None),
     ] + [mma_flags(st, staged + list(kernel.tma_tiles)) for st, _ in consumer_items(i)]
+    if any(_read_generically(consumers, t) for t in tiles):
+        # Ordinary reads of the stage the loads overwrite are fenced against the TMA unit's writes first.
+        body.insert(0, extern("tl::fence_proxy_async_shared"))
     main = tirx.For(i, 0, n, tirx.ForKind.SERIAL, seq(body), span=loop.span)
     return seq(allocs + prelude + [tirx.IfThenElse(tx == 0, first, None), main])
