@@ -39,8 +39,8 @@ def test_element_atomics_add_through_the_layout():
 @pytest.mark.parametrize("target", ["auto", "sm_80"])
 def test_pipelined_copies_of_a_laid_out_tensor(target):
     # cp.async (sm_80 form) or the element-wise copies sm_90a keeps instead of TMA.
-    if target == "sm_80" and torch.cuda.get_device_capability() < (8, 0):
-        pytest.skip("needs sm_80")
+    if target == "sm_80" and torch.cuda.get_device_capability()[0] != 8:
+        pytest.skip("an sm_80 cubin runs on an sm_8x GPU only (the library holds no PTX to JIT)")
     a = torch.randn(4, 64, 64, device="cuda", dtype=torch.float16)
     b = tilelang.compile(_load_to_shared(True), out_idx=[-1], target=target)(a)
     torch.testing.assert_close(b, a.transpose(1, 2))  # A's layout stores each [64, 64] slice transposed

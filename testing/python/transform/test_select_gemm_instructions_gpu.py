@@ -11,6 +11,11 @@ import tilelang
 pytestmark = pytest.mark.gpu
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known wrong answer on the H200 (2026-12-02, 99.6% of elements): two gemms reading one shared "
+    "tile after select_gemm_instructions moves the wgmma one to mma.sync; not yet investigated",
+)
 @pytest.mark.parametrize("rows_dq", [32, 64])
 def test_two_gemms_reading_one_tile(rows_dq):
     k = torch.randn(128, 128, device="cuda", dtype=torch.float16)
