@@ -7,6 +7,8 @@
 
 #include <cooperative_groups.h>
 
+#include "common.h"
+
 namespace tl {
 
 TL_DEVICE void sync_grid() { cooperative_groups::this_grid().sync(); }
