@@ -221,8 +221,12 @@ class TensorMap:
 
 
 def _descriptor_dtype(dtype: str) -> str:
+    """The element type the tensor map is encoded with: a TMA load copies bits, so types TVM's host
+    code generator has no tensor-map type for go as the unsigned type of their width."""
     if dtype.startswith("float8") or dtype.startswith("float6") or dtype.startswith("float4"):
         return "uint8"
+    if dtype == "int16":
+        return "uint16"
     return dtype
 
 

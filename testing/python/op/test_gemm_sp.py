@@ -461,14 +461,6 @@ def test_run_time_clear_and_pipelined_loop_compile():
     assert calls and all("== 0)" in line.rsplit(",", 1)[1] for line in calls), calls
 
 
-_INT16_TMA = (
-    "a TMA copy of an int16 tile stops in TVM's host code generator, which has no int16 tensor-map type "
-    "(any T.copy, not only E's); describing the tile as uint16 in tilelang/op/tma.py's _descriptor_dtype "
-    "would do: a TMA load copies bits"
-)
-
-
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=_INT16_TMA)
 def test_int16_metadata_loaded_by_tma():
     # E stored K-major (4 x 64 int16: 128-byte rows) and A, B with TMA-able swizzles: on sm_90a every
     # load of the pipelined loop is TMA, E's included.

@@ -135,32 +135,16 @@ def test_dtypes(dtype, accum, e_dtype, tol):
     _run(256, 256, 512, (128, 128, bk), dtype, accum, e_dtype, tol=tol)
 
 
-# On sm_90a a pipelined loop loads an int16 E with TMA when its tiles allow, which TVM's host code
-# generator cannot describe yet (test_gemm_sp.py's test_int16_metadata_loaded_by_tma says where).
-_INT16_TMA = pytest.mark.xfail(strict=True, raises=ValueError, reason="int16 TMA copies (test_gemm_sp.py)")
-_ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
-
-
-def _maybe_int16_tma(case, hits):
-    return pytest.param(*case, marks=[_INT16_TMA] if hits and _ON_SM90 else [])
-
-
 @pytest.mark.parametrize(
     "dtype,e_dtype",
-    [
-        _maybe_int16_tma((d, e), d == "int8" and e == "int16")
-        for d in ("float16", "int8")
-        for e in ("int8", "int16", "int32")
-    ],
+    [(d, e) for d in ("float16", "int8") for e in ("int8", "int16", "int32")],
 )
 def test_metadata_widths(dtype, e_dtype):
     accum, tol, bk = ("int32", 0, 128) if dtype == "int8" else ("float32", 1e-2, 64)
     _run(128, 128, 256, (64, 64, bk), dtype, accum, e_dtype, tol=tol)
 
 
-@pytest.mark.parametrize(
-    "trans_a,trans_e,trans_b", [_maybe_int16_tma(t, t[1]) for t in itertools.product([False, True], repeat=3)]
-)
+@pytest.mark.parametrize("trans_a,trans_e,trans_b", list(itertools.product([False, True], repeat=3)))
 def test_transposes(trans_a, trans_e, trans_b):
     _run(128, 128, 256, (64, 64, 64), "float16", "float32", "int16", trans_a, trans_e, trans_b)
 
