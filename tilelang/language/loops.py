@@ -116,7 +116,8 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
             f"T.Pipelined: num_stages must be a constant int >= 0 (0 or 1: no copies in flight ahead), "
             f"got {num_stages!r}"
         )
-    extent = _const(stop) - _const(start) if _const(stop) is not None and _const(start) is not None else None
+    lo, hi = _const(start), _const(stop)
+    extent = hi - lo if lo is not None and hi is not None else None
     if extent is not None and 0 < extent < num_stages:
         logger.warning(
             "T.Pipelined: num_stages=%d but the loop runs %d iterations: more stages than iterations overlap "
