@@ -14,6 +14,9 @@ After:   if k < bx:                      # bx * 128 + i >= k * 128 + j for every
          elif bx < k: T.fill(s, -inf)   # (the analyzer drops it when it cannot happen)
          else: <the loop above>
 
+Names bound in the loop body before the store (`q_idx = bx * 128 + i`, as the public tutorials
+write the mask) are read through: the condition is the same with their values in place.
+
 It names `T.fill`, the op it writes.
 
 Requires: tile ops as parsed or pipelined (runs before `expand_elementwise_ops`). Guarantees: the
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 from tvm import ir, sym, tirx
 
+from tilelang.layout.fragment import substitute
 from tilelang.op import fill
 from tilelang.op.loops import is_parallel
 from tilelang.transform.common import Scope, mutate_with_scope
@@ -97,6 +101,7 @@ def _masked_fill(loop):
             return None
         domain[node.loop_var] = const_int(node.extent)
         node = node.body
+    node = _inline_bindings(node)
     if not isinstance(node, tirx.BufferStore) or not is_if_then_else(node.value):
         return None
     buf = node.buffer
@@ -110,6 +115,21 @@ def _masked_fill(loop):
     if any(ld.source.scope() not in ("global", "local") for ld in collect(cond, ir.TensorLoad)):
         return None  # the uniform branch's condition runs outside the loop: no fragment or shared reads
     return buf, cond, a, b, domain
+
+
+def _inline_bindings(body):
+    """The store of a loop body `q_idx = ...; k_idx = ...; s[i, j] = f(q_idx, k_idx)` with the
+    bindings' values put in place of their names (each value may use the ones bound before it);
+    `body` itself when it is not bindings followed by one store."""
+    if not isinstance(body, tirx.SeqStmt):
+        return body
+    *binds, last = list(body.seq)
+    if not binds or not all(isinstance(b, tirx.Bind) for b in binds) or not isinstance(last, tirx.BufferStore):
+        return body
+    values = {}
+    for b in binds:
+        values[b.var] = substitute(b.value, values)
+    return tirx.BufferStore(last.buffer, substitute(last.value, values), last.indices, span=last.span)
 
 
 def _fill(buf, value, span):

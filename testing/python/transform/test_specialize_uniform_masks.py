@@ -80,6 +80,32 @@ def test_a_sequence_end_inside_the_tile_keeps_the_mask_on_its_block():
     assert (cond == ((ks < bxs) & (ks * 16 + 15 < 50))).all()
 
 
+def test_names_bound_in_the_loop_are_read_through():
+    # The public tutorials' causal mask: positions bound to names, then compared.
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float32")):
+        with T.Kernel(4, threads=128) as bx:
+            s = T.alloc_fragment((16, 16), "float32")
+            for k in T.serial(4):
+                for a, b in T.Parallel(16, 16):
+                    q_idx = bx * 16 + a
+                    k_idx = k * 16 + b
+                    s[a, b] = T.if_then_else(q_idx >= k_idx, 0, -T.infinity("float32"))
+                A[bx, k] = s[0, 0]
+
+    got = specialize_uniform_masks(main)
+    outer, inner = _collect(got.body, tirx.IfThenElse)
+    assert 'tl_fill(s[0:16, 0:16], T.float32("-inf"))' in outer.then_case.script()
+    assert "tl_fill(s[0:16, 0:16], T.float32(0.0))" in inner.then_case.script()
+    bxs, ks = np.indices((4, 4))
+    where = {_var(got, "bx"): bxs, _var(got, "k"): ks}
+    assert (np.asarray(evaluate(outer.condition, where), dtype=bool) == (ks > bxs)).all()
+    assert (np.asarray(evaluate(inner.condition, where), dtype=bool) == (ks < bxs)).all()
+    # On the diagonal, the loop as written, bindings included.
+    (mask,) = [n for n in _collect(main.body, tirx.For) if n.kind == tirx.ForKind.PARALLEL and n.loop_var.name == "a"]
+    tvm.ir.assert_structural_equal(inner.else_case, mask, map_free_vars=True)
+
+
 @pytest.mark.parametrize(
     "what",
     ["not linear", "value from a buffer", "part of the fragment", "fragment in the condition"],
