@@ -5,7 +5,8 @@ it: TVM's host lowering turns it into `TVMBackendAllocWorkspace` / `TVMBackendFr
 into TVM's runtime, which a tilelang library does not link (TVM's `cuda_host` codegen refuses
 them). `rename_calls` points those calls at `tl_workspace_alloc` / `tl_workspace_free`, which
 `HELPERS` defines in the launcher's unit (internal linkage: every kernel library has its own), and
-`bind` removes the `extern "C"` declarations TVM's codegen writes for them. The helpers:
+`bind` removes the `extern "C"` declarations TVM's codegen writes for them; a workspace that TVM
+gave vector elements is declared with scalar ones (`scalar_elements`). The helpers:
 
 - with the caller's tensor allocator (tvm-ffi's environment allocator: torch's caching allocator
   when the kernel is called with torch tensors) a tensor of the workspace's size, released once the
@@ -15,6 +16,7 @@ them). `rename_calls` points those calls at `tl_workspace_alloc` / `tl_workspace
 
 from __future__ import annotations
 
+import functools
 import re
 
 import tvm
@@ -90,7 +92,8 @@ int tl_workspace_free(int device_type, int device_id, const void* data) {
 
 
 def rename_calls(host_mod: tvm.IRModule) -> tuple[tvm.IRModule, bool]:
-    """The host module with TVM's workspace calls pointed at `HELPERS`, and whether it has any."""
+    """The host module with TVM's workspace calls pointed at `HELPERS` and its workspaces declared
+    with scalar elements (`scalar_elements`), and whether it has any."""
     found = []
 
     def on_call(call):
@@ -103,7 +106,54 @@ def rename_calls(host_mod: tvm.IRModule) -> tuple[tvm.IRModule, bool]:
     funcs = {gv: tvm_ffi.structural_map(f, [(ir.Call, on_call)]) for gv, f in host_mod.functions.items()}
     if not found:
         return host_mod, False
+    funcs = {gv: scalar_elements(f) if isinstance(f, tirx.PrimFunc) else f for gv, f in funcs.items()}
     return tvm.IRModule(funcs, attrs=host_mod.attrs), True
+
+
+def scalar_elements(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """The host function with each workspace of vector elements declared with scalar ones.
+
+    TVM's storage rewrite gives an allocation whose every access is a vector of the same lanes that
+    vector type (a float16 workspace stored and loaded 8 at a time becomes `float16x8`); for a
+    `T.alloc_global` the allocation is the host function's, so the launcher declared
+    `half8* W = (half8*)tl_workspace_alloc(...)`, and the host unit has no `half8` (CUDA's vector
+    types are the device unit's): it did not compile. The host only passes the pointer on (every
+    kernel parameter is launched as a `void*`), so the same bytes declared as `lanes` times as many
+    scalars change nothing but the spelling; the kernels keep their vector pointers."""
+    scalar = []  # (workspace, its scalar declaration)
+
+    def on_decl(decl):
+        buf, dtype = decl.buffer, tvm_ffi.dtype(str(decl.buffer.dtype))
+        if dtype.lanes > 1 and isinstance(decl.data, ir.Call) and _is_workspace_alloc(decl.data):
+            n = functools.reduce(lambda a, b: a * b, buf.shape, 1) * dtype.lanes
+            scalar.append((buf, tirx.decl_buffer((n,), str(dtype.with_lanes(1)), name=buf.name, scope=buf.scope())))
+        return decl
+
+    tvm_ffi.structural_map(func.body, [(tirx.DeclBuffer, on_decl)])
+    if not scalar:
+        return func
+
+    def on_buffer(buf):
+        return next((new for old, new in scalar if old.same_as(buf)), buf)
+
+    def on_decl_scalar(decl):
+        # The allocation call's result is cast to its type too: the scalar pointer.
+        if not any(new.same_as(decl.buffer) for _, new in scalar):
+            return decl
+        call = decl.data
+        data = ir.Call(call.op, list(call.args), ret_ty=decl.buffer.data.ty)
+        return tirx.DeclBuffer(decl.buffer, data=data, span=decl.span)
+
+    return tvm_ffi.structural_map(func, [(tirx.Buffer, on_buffer), (tirx.DeclBuffer, on_decl_scalar)])
+
+
+def _is_workspace_alloc(call: ir.Call) -> bool:
+    """`tl_workspace_alloc(...)`, as `rename_calls` spells TVM's workspace allocation."""
+    op = call.op
+    if not isinstance(op, ir.Op) or op.name != "tirx.call_extern" or not call.args:
+        return False
+    name = call.args[0]
+    return isinstance(name, tirx.StringImm) and name.value == ALLOC
 
 
 _DECLARATION = re.compile(

@@ -118,3 +118,26 @@ def _collect(node, kind):
     out = []
     tvm_ffi.structural_walk(node, [(kind, out.append)], order="pre")
     return out
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_workspace_accessed_in_vectors_is_declared_with_scalars_on_the_host(arch):
+    # Every access of W is 8 halves at a time, so TVM's storage rewrite gives W the element type
+    # float16x8: the kernels take it as a vector pointer, and the launcher declared `half8* W`,
+    # a type the host unit does not have (it did not compile).
+    @T.prim_func
+    def main(A: T.Tensor((2048,), "float16"), B: T.Tensor((2048,), "float16")):
+        W = T.alloc_global((2048,), "float16")
+        with T.Kernel(2, threads=128) as bx:
+            for i in T.Parallel(1024):
+                W[bx * 1024 + i] = A[bx * 1024 + i] * T.float16(2)
+        with T.Kernel(2, threads=128) as bx:
+            for i in T.Parallel(1024):
+                B[bx * 1024 + i] = W[bx * 1024 + i] + T.float16(1)
+
+    kernel = tilelang.compile(main, target=arch)
+    src, host = kernel.get_kernel_source(), kernel.get_host_source()
+    assert all("uint4* __restrict__ W_ptr" in body for body in cuda.kernel_bodies(src).values())
+    assert "half* W = ((half*)((half*)tl_workspace_alloc(2, dev_id, (uint64_t)4096ULL, 2, 16)));" in host
+    assert "half8" not in host
+    cuda.compile_object(src, kernel.target, host_src=host)
