@@ -1,5 +1,7 @@
 """FlashAttention forward: tilelang's example kernel beside torch's scaled_dot_product_attention with
-its flash and cuDNN backends, same run, TFLOP/s (fp16, (batch, heads, seq, dim) layout).
+its flash and cuDNN backends, same run, TFLOP/s (fp16, (batch, heads, seq, dim) layout). The column
+"plain" is the same attention written without any schedule annotation (plain_style.py), as users
+write it.
 
 Run on a GPU machine: python benchmark/flash_attention/benchmark_flash_attention.py [--quick]
 """
@@ -15,6 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "flash_attention"))
 from example_mha_fwd_bhsd import flashattn, ref_program  # noqa: E402
+from plain_style import plain_flashattn  # noqa: E402
 
 from tilelang.profiler import do_bench_in_turn  # noqa: E402
 
@@ -64,18 +67,21 @@ def main():
             x, y, z = torch.randn_like(q), torch.randn_like(k), torch.randn_like(v)
             torch.testing.assert_close(kernel(x, y, z), ref_program(x, y, z, causal), rtol=1e-2, atol=1e-2)
             fns[config] = functools.partial(kernel, q, k, v)
+        plain = plain_flashattn(batch, heads, seq, dim, causal)
+        torch.testing.assert_close(plain(q, k, v), ref_program(q, k, v, causal), rtol=1e-2, atol=1e-2)
+        fns["plain"] = functools.partial(plain, q, k, v)
         fns["flash"] = torch_sdpa(q, k, v, causal, SDPBackend.FLASH_ATTENTION)
         fns["cudnn"] = torch_sdpa(q, k, v, causal, SDPBackend.CUDNN_ATTENTION)
         # Every configuration and torch's backends timed in turn (the GPU's clocks drift).
         ms = do_bench_in_turn(fns, rounds=3, rep=30)
         best = min(CONFIGS[dim], key=lambda c: ms[c])
-        ours, flash, cudnn = ms[best], ms["flash"], ms["cudnn"]
-        rows.append((batch, heads, seq, dim, causal, best, *(flops / t / 1e9 for t in (ours, flash, cudnn))))
-    print(f"{'b':>3} {'h':>3} {'seq':>6} {'d':>4} {'causal':>6} {'best config':>20} {'tilelang':>9} "
-          f"{'torch flash':>11} {'torch cuDNN':>11} {'vs cuDNN':>8}  (TFLOP/s)")  # fmt: skip
-    for b, h, s, d, c, cfg, ours, flash, cudnn in rows:
-        print(f"{b:3d} {h:3d} {s:6d} {d:4d} {str(c):>6} {str(cfg):>20} {ours:9.0f} {flash:11.0f} {cudnn:11.0f} "
-              f"{ours / cudnn:8.3f}")  # fmt: skip
+        times = (ms[best], ms["plain"], ms["flash"], ms["cudnn"])
+        rows.append((batch, heads, seq, dim, causal, best, *(flops / t / 1e9 for t in times)))
+    print(f"{'b':>3} {'h':>3} {'seq':>6} {'d':>4} {'causal':>6} {'best config':>20} {'tilelang':>9} {'plain':>6} "
+          f"{'torch flash':>11} {'torch cuDNN':>11} {'vs cuDNN':>8} {'plain/ours':>10}  (TFLOP/s)")  # fmt: skip
+    for b, h, s, d, c, cfg, ours, plain, flash, cudnn in rows:
+        print(f"{b:3d} {h:3d} {s:6d} {d:4d} {str(c):>6} {str(cfg):>20} {ours:9.0f} {plain:6.0f} {flash:11.0f} "
+              f"{cudnn:11.0f} {ours / cudnn:8.3f} {plain / ours:10.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":

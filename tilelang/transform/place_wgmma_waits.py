@@ -22,9 +22,10 @@ stage one iteration late instead and the gemms run on into the next iteration (o
 flight). The releases around the loop are kept by the schedule they are for (`marks`). Gemms the
 user made asynchronous (`T.gemm(..., wg_wait=-1)`) keep the user's waits. The loop, and each run
 before and after it (prologue, epilogue), ends with nothing in flight. When the two consumer
-warpgroups each own half the rows of every gemm and the loop has other work, they take turns
-issuing their gemms (FlashAttention-3's ping-pong; `tma.h` pingpong_*), so that one's softmax runs
-beside the other's gemms. (A stage freed one iteration late, with 2 stages, is loaded again only
+warpgroups each own half the rows of every gemm and the loop has more other work outside the span
+from its first gemm to its last than inside it, they take turns issuing their gemms
+(FlashAttention-3's ping-pong; `tma.h` pingpong_*), so that one's softmax runs beside the other's
+gemms. (A stage freed one iteration late, with 2 stages, is loaded again only
 once the body that needs it has begun: measured on MLA decode, async P·V running on was 10% slower
 than waiting for it at the end of the body.)
 
@@ -163,13 +164,20 @@ class _ConsumerLoop:
 
 def _take_turns(consumers, threads: int) -> bool:
     """Whether the two consumer warpgroups should take turns issuing their gemms: each owns half of
-    the rows of every wgmma gemm, and the loop also has other work (a softmax) to overlap with the
-    other's gemms. `consumer_barriers` drops the turns again if the loop needs a barrier over both."""
+    the rows of every wgmma gemm, and the loop has more other work (a softmax) outside the turn,
+    which runs from its first gemm to its last, than inside it: a warpgroup's work inside its turn
+    does not overlap the other's gemms. (A plain attention loop, Q·Kᵀ, softmax, P·V, has its whole
+    softmax inside: the warpgroups would run one after the other; with the stages split as
+    FlashAttention-3 does, only the rescale of O lies between the gemms.) `consumer_barriers`
+    drops the turns again if the loop needs a barrier over both."""
     if threads != 256:
         return False
-    mmas = [mma_of(st) for st in consumers if mma_of(st) is not None]
-    others = [st for st in consumers if mma_of(st) is None]
-    return bool(mmas) and bool(others) and all(m.asynchronous and m.row_warpgroups == 2 for m in mmas)
+    at = [j for j, st in enumerate(consumers) if mma_of(st) is not None]
+    if not at or not all(mma_of(consumers[j]).asynchronous and mma_of(consumers[j]).row_warpgroups == 2 for j in at):
+        return False
+    inside = sum(mma_of(st) is None for st in consumers[at[0] : at[-1] + 1])
+    outside = len(consumers) - len(at) - inside
+    return outside > inside
 
 
 def _in_turn(stmts):
