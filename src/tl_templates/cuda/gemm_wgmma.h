@@ -32,8 +32,9 @@ using cute::SM90::GMMA::Major;
 using cute::SM90::GMMA::ScaleOut;
 
 // The CuTe atoms for one N and element types: `SS` (A from shared) and `RS` (A from registers).
-// 16-bit types read either operand K- or MN-major; tf32, fp8 and int8 read both K-major ("TN"),
-// with no A-in-registers form here.
+// 16-bit types read either operand K- or MN-major; tf32, fp8 and int8 read both K-major ("TN": the
+// PTX ISA transposes only .f16/.bf16 operands). Of those, tf32 also has the A-in-registers form
+// (wgmma.m64nNk8 reads A from four 32-bit registers); fp8 and int8 have none here.
 template <int N, typename TA, typename TC, Major MA, Major MB>
 struct Op;
 
@@ -48,11 +49,17 @@ struct Op;
   struct Op<N, TA, TC, Major::K, Major::K> {                                                                    \
     using SS = cute::SM90::GMMA::MMA_64x##N##x##KI##_##NAME##_SS_TN TARGS;                                        \
   };
+#define TL_WGMMA_TN_RS_OP(N, KI, TA, TC, NAME)                                 \
+  template <>                                                                 \
+  struct Op<N, TA, TC, Major::K, Major::K> {                                  \
+    using SS = cute::SM90::GMMA::MMA_64x##N##x##KI##_##NAME##_SS_TN<>;        \
+    using RS = cute::SM90::GMMA::MMA_64x##N##x##KI##_##NAME##_RS_TN<>;        \
+  };
 #define TL_WGMMA_OPS(N)                                                   \
   TL_WGMMA_OP(N, half, float, F32F16F16)                                  \
   TL_WGMMA_OP(N, __nv_bfloat16, float, F32BF16BF16)                       \
   TL_WGMMA_OP(N, half, half, F16F16F16)                                   \
-  TL_WGMMA_TN_OP(N, 8, float, float, F32TF32TF32, <>)                     \
+  TL_WGMMA_TN_RS_OP(N, 8, float, float, F32TF32TF32)                      \
   TL_WGMMA_TN_OP(N, 32, __nv_fp8_e4m3, float, F32E4M3E4M3, <>)            \
   TL_WGMMA_TN_OP(N, 32, __nv_fp8_e5m2, float, F32E5M2E5M2, <>)            \
   TL_WGMMA_TN_OP(N, 32, int8_t, int, S32S8S8, /* not a template */)
@@ -99,6 +106,7 @@ TL_WGMMA_EXT_OPS(248)
 #undef TL_WGMMA_EXT_OPS
 #endif
 #undef TL_WGMMA_OPS
+#undef TL_WGMMA_TN_RS_OP
 #undef TL_WGMMA_TN_OP
 #undef TL_WGMMA_OP
 
@@ -248,14 +256,19 @@ TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C, int wg, bool clear = Cl
   fence_operands<S::MI * S::Regs>(C);
 }
 
-// A in registers (the A-fragment layout of tilelang/op/gemm_wgmma.py), B in shared memory. The
-// tensor cores read A's registers after the instruction issues, so with Wait != 0 the caller keeps
-// A's array unchanged, and fences it, until the group is waited for (tl.wgmma_wait does both).
+// A in registers (the A-fragment layout of tilelang/op/gemm/wgmma.py), B in shared memory: 16-bit
+// types (k16, two elements a register) or tf32 (k8, B K-major, one element a register); four 32-bit
+// registers per instruction either way. The tensor cores read A's registers after the instruction
+// issues, so with Wait != 0 the caller keeps A's array unchanged, and fences it, until the group is
+// waited for (tl.wgmma_wait does both).
 template <int M, int N, int K, int WgM, int WgN, bool TransA, bool TransB, bool Clear, int RowsA, int LdA, int SwzA,
           int RowsB, int LdB, int SwzB, int Wait = 0, bool Fence = true, typename TA, typename TB, typename TC>
 TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C, int wg, bool clear = Clear) {
   using namespace wgmma_detail;
-  using S = Shape<M, N, K, WgM, WgN, TC>;
+  static_assert(sizeof(TA) == 2 || std::is_same_v<TA, float>,
+                "an A operand in registers is 16-bit or tf32 (float); fp8 and int8 read A from shared memory");
+  constexpr int KS = k_step<TA>();
+  using S = Shape<M, N, K, WgM, WgN, TC, KS>;
   static_assert(!TransA, "an A operand in registers is not transposed");
   constexpr Major MB = TransB ? Major::K : Major::MN;
   using Atom = typename Op<S::WGN, TA, TC, Major::K, MB>::RS;
@@ -271,8 +284,8 @@ TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C, int wg, bool clear = Cl
   cute::warpgroup_arrive();
 #pragma unroll
   for (int kt = 0; kt < S::KT; ++kt) {
-    const uint64_t db = step_b ? advance<!TransB, RowsB, SwzB, TB>(db0, 0, kt * 16)
-                               : descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, kt * 16);
+    const uint64_t db = step_b ? advance<!TransB, RowsB, SwzB, TB>(db0, 0, kt * KS)
+                               : descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, kt * KS);
 #pragma unroll
     for (int mi = 0; mi < S::MI; ++mi) {
       const ScaleOut scale = (clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;

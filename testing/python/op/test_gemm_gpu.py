@@ -126,3 +126,24 @@ def test_pipelined_stages(stages):
     A, B, ref = _inputs(200, 136, 72, "float16", False, False)  # 3 K-tiles, the last partial
     C = staged(200, 136, 72, stages)(A, B)
     assert (C.double() - ref).norm() / ref.norm() < 1e-3
+
+
+@pytest.mark.parametrize("threads", [128, 256])
+def test_tf32_a_in_registers(threads):
+    # On sm_90a, wgmma.m64nNk8 with A from registers (B K-major); mma.sync elsewhere.
+    M, N, K = 256, 192, 128
+    A, B, ref = _inputs(M, N, K, "float32", False, True)
+    C = matmul(M, N, K, 128, 64, 32, "float32", "float32", "float32", trans_b=True, kind="rs", threads=threads)(A, B)
+    assert (C.double() - ref).norm() / ref.norm() < 1e-2
+
+
+def test_tf32_and_bf16_accumulators_summed():
+    # A tf32 gemm (A in registers) and a bf16 gemm whose accumulators one T.Parallel loop combines.
+    from test_gemm_wgmma import _tf32_and_bf16_gemms_summed
+
+    kernel = tilelang.compile(_tf32_and_bf16_gemms_summed(), out_idx=[-1])
+    a1, b1 = torch.randn(128, 64, device="cuda"), torch.randn(32, 64, device="cuda")
+    a2, b2 = torch.randn(64, 128, device="cuda").bfloat16(), torch.randn(64, 32, device="cuda").bfloat16()
+    C = kernel(a1, b1, a2, b2)
+    ref = a1.double() @ b1.double().t() - a2.double().t() @ b2.double()
+    assert (C.double() - ref).norm() / ref.norm() < 1e-2

@@ -10,6 +10,7 @@ from test_gemm import _gemm_kernel  # the same small kernels as the mma.sync tes
 from tvm import tirx
 
 import tilelang
+import tilelang.language as T
 from tilelang.codegen import cuda
 from tilelang.engine.pipeline import lower
 from tilelang.layout import layout as sl
@@ -54,6 +55,7 @@ def test_warpgroup_partition(M, N, threads, policy, expect):
         ("not Hopper", {}, "sm_80", {}),
         ("switched off", {}, "sm_90a", {"tl.disable_wgmma": True}),
         ("tf32 reads B K-major only", {"dtype": "float32", "accum": "float32"}, "sm_90a", {}),
+        ("tf32 A in registers, B K-major only", {"dtype": "float32", "accum": "float32", "kind": "rs"}, "sm_90a", {}),
         ("fp8 reads B K-major only", {"dtype": "float8_e4m3fn", "accum": "float32"}, "sm_90a", {}),
         ("int8 with A in registers", {"dtype": "int8", "accum": "int32", "kind": "rs", "trans_b": True}, "sm_90a", {}),
         ("fp16 into bf16 has no path", {"dtype": "float16", "accum": "bfloat16"}, "sm_90a", {}),
@@ -84,6 +86,79 @@ def test_c_fragment_is_a_bijection_and_feeds_the_next_gemm_as_a():
     ct, ci = (evaluate(e, {c.vars[0]: i, c.vars[1]: j}) for e in (c.base, c.index))
     at, ai = (evaluate(e, {a.vars[0]: i, a.vars[1]: j}) for e in (a.base, a.index))
     assert np.array_equal(ct, at) and np.array_equal(ci, ai)
+
+
+def test_tf32_a_in_registers_runs_on_wgmma_in_cutes_register_layout():
+    """wgmma.m64nNk8 reads a tf32 A from four 32-bit registers per thread (PTX ISA, register fragments
+    of wgmma .m64nNk8; CuTe's ALayout_64x8): in each warp's 16 rows, lane 4 * (r % 8) + k % 4 holds
+    a0..a3 = (r, k), (r + 8, k), (r, k + 4), (r + 8, k + 4) of every 8 columns of K."""
+    g = _gemm(_gemm_kernel(128, 64, 32, dtype="float32", accum="float32", kind="rs", trans_b=True, threads=256))
+    p = gemm_wgmma.plan(g, SM90, 256)
+    assert p == gemm_wgmma.Plan(2, 1, 0, 3)
+    a = gemm_wgmma.a_fragment(g, p, 256)
+    m, k = grid((128, 32))
+    thread, index = (evaluate(e, {a.vars[0]: m, a.vars[1]: k}) for e in (a.base, a.index))
+    rr = m % 64  # each warpgroup its 64 rows (one instruction along M), all of K
+    lane = 4 * (rr % 8) + k % 4
+    reg = (rr % 16) // 8 + 2 * ((k % 8) // 4)
+    assert np.array_equal(thread, (m // 64) * 128 + (rr // 16) * 32 + lane)
+    assert np.array_equal(index, (k // 8) * 4 + reg)  # four registers per 8 of K
+    assert a.local_size == 128 * 32 // 256
+    # The same gemm with B not K-major stays mma.sync: wgmma transposes only 16-bit operands.
+    g = _gemm(_gemm_kernel(128, 64, 32, dtype="float32", accum="float32", kind="rs", threads=256))
+    assert gemm_wgmma.plan(g, SM90, 256) is None
+
+
+def test_tf32_a_in_registers_compiles_with_wgmma_rs():
+    k = tilelang.compile(
+        _gemm_kernel(128, 64, 32, dtype="float32", accum="float32", kind="rs", trans_b=True, threads=256),
+        target="sm_90a",
+    )
+    src = k.get_kernel_source()
+    assert "tl::wgmma_rs<128, 64, 32, 2, 1, false, true" in src
+    cuda.compile_object(src, k.target)
+
+
+def _tf32_and_bf16_gemms_summed(threads=128):
+    """C = A1 @ B1^T (tf32, A1 in registers) + A2^T @ B2 (bf16), summed in one T.Parallel loop: the
+    loop needs both accumulators in one register layout, so both gemms must run on the same
+    instruction (a chunked-delta backward's dh update)."""
+
+    @T.prim_func
+    def main(
+        A1: T.Tensor((128, 64), "float32"),
+        B1: T.Tensor((32, 64), "float32"),
+        A2: T.Tensor((64, 128), "bfloat16"),
+        B2: T.Tensor((64, 32), "bfloat16"),
+        C: T.Tensor((128, 32), "float32"),
+    ):
+        with T.Kernel(1, threads=threads):
+            A1_f = T.alloc_fragment((128, 64), "float32")
+            B1_s = T.alloc_shared((32, 64), "float32")
+            A2_s = T.alloc_shared((64, 128), "bfloat16")
+            B2_s = T.alloc_shared((64, 32), "bfloat16")
+            C1_f = T.alloc_fragment((128, 32), "float32")
+            C2_f = T.alloc_fragment((128, 32), "float32")
+            T.copy(A1, A1_f)
+            T.copy(B1, B1_s)
+            T.copy(A2, A2_s)
+            T.copy(B2, B2_s)
+            T.gemm(A1_f, B1_s, C1_f, transpose_B=True, clear_accum=True)
+            T.gemm(A2_s, B2_s, C2_f, transpose_A=True, clear_accum=True)
+            for i, j in T.Parallel(128, 32):
+                C1_f[i, j] = C1_f[i, j] - C2_f[i, j]
+            T.copy(C1_f, C)
+
+    return main
+
+
+def test_tf32_gemm_in_registers_and_bf16_gemm_share_the_accumulator_layout():
+    # The tf32 gemm stayed mma.sync (no A-in-registers tf32 wgmma) while the bf16 one ran on wgmma:
+    # layout inference stopped at the loop ("need different layouts").
+    k = tilelang.compile(_tf32_and_bf16_gemms_summed(), target="sm_90a")
+    src = k.get_kernel_source()
+    assert "tl::wgmma_rs<128, 32, 64, 1, 1, false, true" in src and "tl::wgmma_ss<128, 32, 64, 1, 1, true, false" in src
+    cuda.compile_object(src, k.target)
 
 
 @pytest.mark.parametrize("shape,bits", [((64, 64), 3), ((2, 64, 128), 3), ((128, 32), 2), ((64, 16), 1)])

@@ -2,7 +2,8 @@
 
 When a gemm can run as wgmma (`plan` says why not otherwise, in the debug log), warpgroups of 128
 threads tile C as WgM x WgN, each with wgmma.m64nNk16 (fp16/bf16; k8 for tf32, k32 for fp8 and
-int8, which wgmma reads only K-major and from shared memory) over its (M / WgM) x (N / WgN) part. Shared
+int8, which wgmma reads only K-major, and A of fp8 and int8 only from shared memory here) over its
+(M / WgM) x (N / WgN) part. Shared
 operands are read through matrix descriptors, so they take the `gmma_panels` layout (CuTe's
 canonical GMMA layouts); an A operand in registers and C take the register layouts below, which
 `src/tl_templates/cuda/gemm_wgmma.h` assumes.
@@ -31,14 +32,17 @@ N_SIZES = intrinsics.WGMMA_BASE_N
 EXTENDED_N_SIZES = tuple(n for n in range(24, 256, 8) if n not in N_SIZES)
 # (A/B dtype, C dtype) pairs the template instantiates.
 DTYPES = {("float16", "float32"), ("bfloat16", "float32"), ("float16", "float16")}
-# Types wgmma reads only K-major from shared memory (A (M, K), B transposed (N, K)), with the K of
-# one instruction: 32 bytes of a row.
+# Types wgmma reads only K-major (A (M, K), B transposed (N, K)): the PTX ISA transposes only
+# .f16/.bf16 operands. The K of one instruction: 32 bytes of a row.
 K_MAJOR_DTYPES = {
     ("float32", "float32"): 8,  # tf32
     ("float8_e4m3fn", "float32"): 32,
     ("float8_e5m2", "float32"): 32,
     ("int8", "int32"): 32,
 }
+# A in registers (the template's wgmma_rs): 16-bit types and tf32 (wgmma.m64nNk8 with A in four
+# 32-bit registers, the layout of CuTe's ALayout_64x8). fp8 and int8 have no register form here.
+A_IN_REGISTERS_K_MAJOR = {("float32", "float32")}
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ def plan(g, target, num_threads: int, options: CompileOptions | None = None) -> 
     if pair in K_MAJOR_DTYPES:
         if g.trans_a or not g.trans_b:
             return no(f"wgmma reads {a_dtype} only K-major: A as (M, K) and B transposed, (N, K)")
-        if g.a.buffer.scope() == "local.fragment":
+        if g.a.buffer.scope() == "local.fragment" and pair not in A_IN_REGISTERS_K_MAJOR:
             return no(f"A in registers has no {a_dtype} wgmma path here")
     if num_threads % 128:
         return no(f"{num_threads} threads are not whole warpgroups")
@@ -154,21 +158,26 @@ def c_fragment(g, p: Plan, num_threads: int) -> fl.Fragment:
 
 
 def a_fragment(g, p: Plan, num_threads: int) -> fl.Fragment:
-    """A (M, K) in registers: per warpgroup and 64-row instruction, per 16 of K, the 4 registers of
-    the m16n8k16 A fragment of each warp; replicated over the warpgroups along N."""
-    WGM, KT = g.M // p.wg_m, g.K // 16
+    """A (M, K) in registers: per warpgroup and 64-row instruction, per instruction K (16 halves or
+    8 tf32), 4 registers of `e` elements (2 or 1) per thread, each warp's 16 rows as the m16n8k16
+    (m16n8k8 for tf32) A fragment: row r, column kk of a warp's part in lane 4 * (r % 8) + (kk % 4e) / e,
+    register r / 8 + 2 * (kk / 4e) (CuTe's ALayout_64x16 / ALayout_64x8); replicated over the
+    warpgroups along N."""
+    e = 32 // _bits(g.a)  # elements per 32-bit register
+    ks = 8 * e  # the instruction's K
+    WGM, KT = g.M // p.wg_m, g.K // ks
     m, k = fl.placeholder_vars(2, "a")
-    rr, kk = tirx.floormod(m, _c(WGM)), tirx.floormod(k, _c(16))
+    rr, kk = tirx.floormod(m, _c(WGM)), tirx.floormod(k, _c(ks))
     r16 = tirx.floormod(rr, _c(16))
     thread = (
         tirx.floordiv(m, _c(WGM)) * _c(128)
         + tirx.floordiv(tirx.floormod(rr, _c(64)), _c(16)) * _c(32)
         + tirx.floormod(r16, _c(8)) * _c(4)
-        + tirx.floordiv(tirx.floormod(kk, _c(8)), _c(2))
+        + tirx.floordiv(tirx.floormod(kk, _c(4 * e)), _c(e))
     )
-    reg = tirx.floordiv(r16, _c(8)) + tirx.floordiv(kk, _c(8)) * _c(2)
-    atom = tirx.floordiv(rr, _c(64)) * _c(KT) + tirx.floordiv(k, _c(16))
-    index = (atom * _c(4) + reg) * _c(2) + tirx.floormod(k, _c(2))
+    reg = tirx.floordiv(r16, _c(8)) + tirx.floordiv(kk, _c(4 * e)) * _c(2)
+    atom = tirx.floordiv(rr, _c(64)) * _c(KT) + tirx.floordiv(k, _c(ks))
+    index = (atom * _c(4) + reg) * _c(e) + tirx.floormod(k, _c(e))
     groups = [(128 * p.wg_m, p.wg_n)] if p.wg_n > 1 else []
     return fl.Fragment((g.M, g.K), [m, k], thread, index, num_threads, groups)
 
