@@ -100,7 +100,8 @@ def test_no_turns_across_a_barrier_over_both_warpgroups():
 
 
 def _plain_attention():
-    """Q·Kᵀ, a softmax-like row rescale, P·V with a carried accumulator: no stage annotations."""
+    """Q·Kᵀ, a softmax-like row rescale, P·V with a carried accumulator, kept in program order by
+    the user's schedule (without it, infer_stages would split the stages as FlashAttention-3 does)."""
 
     @T.prim_func
     def main(
@@ -119,7 +120,7 @@ def _plain_attention():
             m = T.alloc_fragment((128,), "float")
             T.copy(Q, Q_s)
             T.clear(O_f)
-            for k in T.Pipelined(8, num_stages=2):
+            for k in T.Pipelined(8, num_stages=2, order=[-1, 0, 1, 2, 3, -1, 4], stage=[-1, 0, 0, 0, 0, -1, 0]):
                 T.copy(K[k * 64, 0], K_s)
                 T.gemm(Q_s, K_s, S, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
                 T.reduce_max(S, m, dim=1)

@@ -58,7 +58,7 @@ def mma_of(stmt) -> base.Mma | None:
     return op.mma() if op is not None else None
 
 
-def _buffers(stmt):
+def buffers_of(stmt):
     """(buffers `stmt` touches, buffers it writes), at tile-op level."""
     touched = [ld.source for ld in collect(stmt, ir.TensorLoad)] + [r.source for r in collect(stmt, ir.TensorRegion)]
     written = [st.buffer for st in collect(stmt, tirx.BufferStore)]
@@ -137,7 +137,7 @@ class Waits:
     def statement(self, stmt, key: int, offset: int = 0) -> list:
         g = self.async_mma(stmt)
         if g is None:
-            touched, written = _buffers(stmt)
+            touched, written = buffers_of(stmt)
             out = self._wait_for(
                 lambda G: _has(touched, G.acc) or _has(written, G.a_regs) or any(_has(written, t) for t in G.reads)
             )
