@@ -39,7 +39,7 @@ from tilelang.transform.infer_layout import (
     LOOP_LAYOUT,
     SHARED_LAYOUTS,
 )
-from tilelang.utils.ir import is_block_barrier, seq
+from tilelang.utils.ir import extern_name, seq
 
 
 class LowerContext:
@@ -212,10 +212,13 @@ def lower_tile_ops(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTION
                 "need one range of threads: write two branches (`if tx < a:` ... `elif tx >= b:`)",
                 stmt.span,
             )
-        if any(is_block_barrier(st) for st in collect(stmt, tirx.Evaluate)):
+        # Barriers inside a side become named barriers over its threads (`sync_thread_branches`),
+        # but T.alloc_barrier's initialization by thread 0 is not for a side to run.
+        if any(extern_name(st) == "tl::mbarrier_init" for st in collect(stmt, tirx.Evaluate)):
             raise at_span(
-                "a block-wide barrier inside a thread branch (`if tx < n:` and the like) waits for "
-                "threads that never come; allocate barriers (T.alloc_barrier) outside the branch",
+                "T.alloc_barrier inside a thread branch (`if tx < n:` and the like): thread 0 initializes "
+                "the barriers before a barrier over the whole block, which threads outside the branch never "
+                "reach; allocate barriers (T.alloc_barrier) outside the branch",
                 stmt.span,
             )
         # Each side marked with its threads: barriers around the branch (`sync_thread_branches`).

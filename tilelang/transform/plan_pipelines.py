@@ -11,11 +11,12 @@ Before:  for k in T.Pipelined(n, num_stages=3): copy(A[k], A_s); gemm(A_s, ...)
 After:   for k in T.Pipelined(n, num_stages=3, annotations={"tl.pipeline_form": "tma_ws"}): (same body)
 
 TMA needs a target that has it (`has_tma`), copies whose boxes and shared layouts the TMA unit can
-do, and not `tl.disable_tma_lower`; a producer warpgroup needs whole warpgroups, room for 128 more
-threads, a loop whose bounds and copy coordinates the consumers do not compute, no other
-warp-specialized loop in the kernel, and not `tl.disable_warp_specialized`; a loop inside another
-loop takes TMA only with one. Why a loop does not take a form is in the debug log
-(`pipelining/checks.py`).
+do, not `tl.disable_tma_lower`, and a loop outside thread branches (one thread issues TMA loads; in
+`if tx >= n:` the branch's threads issue cp.async copies and wait on named barriers); a producer
+warpgroup needs whole warpgroups, room for 128 more threads, a loop whose bounds and copy
+coordinates the consumers do not compute, no other warp-specialized loop in the kernel, and not
+`tl.disable_warp_specialized`; a loop inside another loop takes TMA only with one. Why a loop does
+not take a form is in the debug log (`pipelining/checks.py`).
 
 Requires: tile ops as parsed, TMA copies outside loops made (`lower_tma_copies`: which tiles only
 TMA writes), gemm instructions selected (the layouts TMA must write). Guarantees: IR unchanged but

@@ -306,25 +306,6 @@ def test_branch_on_gpu(target_threads):
     torch.testing.assert_close(kernel(a), ref, rtol=1e-3, atol=1e-3)
 
 
-def test_pipelined_loop_inside_a_branch_is_an_error():
-    @T.prim_func
-    def main(A: T.Tensor((M, 256), "float16"), B: T.Tensor((256, N), "float16"), C: T.Tensor((M, N), "float32")):
-        with T.Kernel(1, threads=256):
-            A_s = T.alloc_shared((M, 64), "float16")
-            B_s = T.alloc_shared((64, N), "float16")
-            S = T.alloc_fragment((M, N), "float32")
-            if T.get_thread_binding() < 128:
-                T.clear(S)
-                for k in T.Pipelined(4, num_stages=2):
-                    T.copy(A[0, k * 64], A_s)
-                    T.copy(B[k * 64, 0], B_s)
-                    T.gemm(A_s, B_s, S)
-                T.copy(S, C)
-
-    with pytest.raises(UserError, match="T.Pipelined inside a thread branch"):
-        tilelang.compile(main, out_idx=[2], target="sm_90a")
-
-
 def nested(threads=256):
     """Threads [0, 64) of the first warpgroup's branch double A through a fragment."""
 

@@ -39,6 +39,7 @@ class Kernel:
     tma_tiles: tuple = ()  # shared tiles only TMA loads write (`lower_tma_copies`)
     nested: bool = False  # the pipelined loop runs inside another loop
     guarded: bool = False  # the pipelined loop runs under a condition (an if)
+    branch: tuple | None = None  # inside a thread branch: the threads [lo, hi) that run the loop
     blocks: dict = None  # "blockIdx.x"/"blockIdx.y" -> (var, grid extent)
     binds: dict = None  # variable -> value of the bindings in the kernel (`bx_r = ...`)
     cluster: int | None = None  # the grid dimension of the loop's 2-block clusters (`cluster_plan`)
@@ -100,6 +101,11 @@ def why_not(producers, kernel: Kernel) -> str | None:
         return "not sm_90a"
     if kernel.options.disable_tma_lower:
         return "tl.disable_tma_lower is set"
+    if kernel.branch is not None:
+        # TMA loads are issued by one thread (thread 0, or a producer warpgroup added to the block)
+        # that a branch over threads [lo, hi) may not contain; cp.async copies are issued by the
+        # branch's own threads, and its barriers become named barriers over them.
+        return f"the loop runs in a thread branch (threads {kernel.branch[0]} to {kernel.branch[1] - 1})"
     for p in producers:
         load = load_of(p)
         src, dst = load.src, load.dst
