@@ -3,7 +3,8 @@ the pipelining passes (`plan_pipelines`, `inject_cp_async_pipelines`, `inject_tm
 
 A loop's schedule (`schedule`): the global-to-shared loads of an iteration (tile ops whose
 `async_load` answers: `T.copy` from global to shared) are the producers; everything else is a
-consumer, in stage 0 unless `T.Pipelined(order=, stage=, group=)` says otherwise. Each shared tile
+consumer, in stage 0 unless `T.Pipelined(order=, stage=, group=)` says otherwise or, without them,
+the loop is an attention loop (`infer_stages`: FlashAttention-3's split). Each shared tile
 a producer writes gets one buffer per stage (`multi_buffer`), iteration k using buffer k % stages
 (`versioned`); the tile's T.annotate_layout moves to that buffer, each stage laid out alike.
 
@@ -26,7 +27,7 @@ from tilelang.layout.layout import Layout, shared_layout_from_ir, shared_layout_
 from tilelang.options import CompileOptions
 from tilelang.transform.common import Scope, mutate_with_scope
 from tilelang.transform.infer_layout import ANNOTATED_LAYOUTS
-from tilelang.transform.pipelining import checks
+from tilelang.transform.pipelining import checks, infer_stages
 from tilelang.transform.pipelining.checks import load_of, written
 from tilelang.utils.ir import collect
 
@@ -142,6 +143,8 @@ def schedule(loop) -> Plan:
     position = list(range(len(stmts)))
     cstage = [0] * len(stmts)
     schedule = _user_schedule(loop, len(stmts))
+    if schedule is None:
+        schedule = infer_stages.attention_stages(stmts)
     if schedule is not None:
         position, user_stage = schedule
         if -1 in user_stage:
