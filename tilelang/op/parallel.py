@@ -12,6 +12,10 @@ Layout rules (used by `transform/infer_layout.py`):
 Indices may mix the nest's variables with variables from outside it (`op/loop_indices.py`): the checks run
 over every value those can take with the element in bounds.
 
+A packed fragment read by several iterations per element (`B_local[i, j // 2]`, two 4-bit values a
+byte): the fragment is held where those iterations run (`_packed_layout`), and a loop following
+such a fragment runs an element's iterations on its holders (`_following_packed`).
+
 Lowering: a thread visits the iterations it owns by inverting the loop layout: register index r
 runs over the thread's iterations, `inverse(thread, r)` gives the logical iteration. The innermost
 `vector_size` registers become one vectorized loop.
@@ -162,6 +166,9 @@ def loop_layout_from(frag: fl.Fragment, indices, node: LoopNode, analyzer) -> fl
         vec = plan_vector_size(node.vars, node.extents, node.body, analyzer, limit=frag.vector_size)
     layout = fl.Fragment(node.shape, list(node.vars), base, index, frag.num_threads, list(frag.groups), vec)
     if not layout.is_injective():
+        packed = _following_packed(frag, indices, node, analyzer)
+        if packed is not None:
+            return packed
         raise at_span(
             f"layout inference: the {node.describe()} touches fragment at indices that repeat across "
             f"iterations, so it cannot follow the fragment's layout; index a fragment with the loop "
@@ -185,6 +192,36 @@ def loop_layout_from(frag: fl.Fragment, indices, node: LoopNode, analyzer) -> fl
             layout = frag.with_shape_vars(list(node.vars))
             layout.vector_size = vec
     return layout
+
+
+def _following_packed(frag: fl.Fragment, indices, node: LoopNode, analyzer) -> fl.Fragment | None:
+    """The loop layout that runs the iterations reading one element of a packed fragment
+    (`B_local[i, j // 2]`, `loop_indices.Packing`) on its holders, one after another in their
+    registers: iteration p is the rest(p)-th of element e = indices(p). None when the indices are not
+    digits of the loop's variables."""
+    try:
+        packing = loop_indices.Packing(node, indices, frag.shape)
+    except NotEvaluable:
+        return None
+    mapping = dict(zip(frag.vars, indices))
+    base = analyzer.simplify(fl.substitute(frag.base, mapping))
+    index = analyzer.simplify(fl.substitute(frag.index, mapping) * _c(packing.rest_extent) + packing.rest)
+    layout = fl.Fragment(node.shape, list(node.vars), base, index, frag.num_threads, list(frag.groups))
+    if not layout.is_injective() or not fl.is_invertible(layout):
+        return None
+    layout.vector_size = _widest_contiguous(layout, plan_vector_size(node.vars, node.extents, node.body, analyzer))
+    return layout
+
+
+def _widest_contiguous(layout: fl.Fragment, limit: int) -> int:
+    """The widest vector, at most `limit`, along which `layout` keeps elements in consecutive registers."""
+    vec = limit
+    while vec > 1:
+        layout.vector_size = vec
+        if layout.shape[-1] % vec == 0 and _vectors_stay_contiguous(layout):
+            return vec
+        vec //= 2
+    return 1
 
 
 def _vectors_stay_contiguous(layout: fl.Fragment) -> bool:
@@ -243,6 +280,10 @@ def fragment_layout_from(node: LoopNode, indices, buffer, is_store: bool = False
     except NotEvaluable:
         dims = [None]
     held = [d for d, k in enumerate(dims) if k == -1 and not (shape[d] == 1 and _is_zero(indices[d]))]
+    if None in dims and not is_store:
+        packed = _packed_layout(node, indices, shape)  # (`B_local[i, j // 2]`)
+        if packed is not None:
+            return packed
     if None in dims or not held:
         return _spread_layout(node, indices, shape, buffer.name, is_store)
     spread = [d for d in range(len(shape)) if d not in held]
@@ -251,6 +292,34 @@ def fragment_layout_from(node: LoopNode, indices, buffer, is_store: bool = False
     else:  # only constants and outer variables: held by every thread running the loop
         sub = _spread_layout(node, [tirx.const(0, "int32")], (1,), buffer.name, is_store)
     return fl.with_held_dims(sub, shape, spread)
+
+
+def _packed_layout(node: LoopNode, indices, shape) -> fl.Fragment | None:
+    """The layout of a packed fragment read by several iterations per element (`B_local[i, j // 2]`,
+    two 4-bit values a byte; `loop_indices.Packing`): element e is held by every thread that runs
+    an iteration reading it, at the register of its first such iteration (compacted). Those are
+    one thread when the loop runs an element's iterations together (vectors along j), else a
+    replicated group. None when the indices are not digits of the loop's variables or the holders
+    are not digit ranges of the thread id."""
+    try:
+        packing = loop_indices.Packing(node, indices, shape)
+    except NotEvaluable:
+        return None
+    lay = node.layout
+    count, rest = math.prod(shape), packing.rest_extent
+    runners = lay.holder_threads([p.reshape(-1) for p in packing.points()])  # [loop replicas, element * rest]
+    holders = runners.reshape(-1, count, rest).transpose(1, 0, 2).reshape(count, -1)
+    elem_vars = fl.placeholder_vars(len(shape), "j")
+    ana = sym.Analyzer()
+    for v, n in zip(elem_vars, shape):
+        ana.bind(v, ir.Range(0, n))
+    first_thread, first_index = (ana.simplify(e) for e in lay.map(packing.iteration(elem_vars, _c(0))))
+    try:
+        layout = fl.replicated(tuple(shape), elem_vars, first_thread, first_index, holders, lay.num_threads)
+    except fl.IrregularLayout:
+        return None
+    layout.vector_size = _widest_contiguous(layout, lay.vector_size)
+    return layout
 
 
 def _is_zero(expr) -> bool:

@@ -4,8 +4,9 @@ A vector of V elements along the innermost loop variable is legal when, for ever
 or shared memory in the body, the flattened offset moves by exactly 1 per step of that variable and
 starts V-aligned (so the access is one aligned 128-bit-or-narrower load or store), the innermost
 extent is a multiple of V, and every guard in the body is uniform over each vector (true or false
-for all V lanes at once). Values in registers (fragments, locals, casts) limit V only to the
-widest vector of their type the code generator can hold (`register_lanes`).
+for all V lanes at once). Values in registers (fragments, locals, casts) limit V to the widest
+vector of their type the code generator can hold (`register_lanes`), and a register read that is
+not a constant stride along the loop (`B_local[i, j // 2]`) to the lanes that read one element.
 """
 
 from __future__ import annotations
@@ -50,6 +51,21 @@ def _aligned_unit_stride(expr, var, vec, analyzer) -> bool:
     return int(m.coeff) % vec == 0 and int(m.base) % vec == 0
 
 
+def _register_lanes_line_up(expr, var, vec, analyzer) -> bool:
+    """For a register access (fragment, local): `expr` moves by a constant per step of var, or each
+    aligned group of `vec` lanes reads one element (`B_local[i, j // 2]` for vec 2: a broadcast).
+    A gather across lanes of anything else (j // 2 over 8 lanes) has no vector form in the code
+    generator (it packs uint8 lanes into a uint2 with shifts past 32 bits)."""
+    step = analyzer.simplify(_subst(expr, var, var + 1) - expr)
+    if const_int(step) is not None:
+        return True
+    outer, lane = tirx.Var("vo", "int32"), tirx.Var("vl", "int32")
+    analyzer.bind(lane, ir.Range(0, vec))
+    analyzer.bind(outer, ir.Range(0, 1 << 20))
+    grouped = analyzer.simplify(_subst(expr, var, outer * vec + lane))
+    return _free_of(grouped, lane)
+
+
 def _uniform_condition(cond, var, vec, analyzer) -> bool:
     """Whether `cond` has one value over each aligned group of `vec` consecutive values of var.
 
@@ -87,11 +103,23 @@ def _free_of(expr, var) -> bool:
     return not any(v.same_as(var) for v in found)
 
 
-def _value_casts(body) -> list:
-    """Casts of loaded values (the data a vector carries in registers). Casts of indices, such as
-    the int64 casts a dynamic int64 dimension brings into every address, read no memory and are
-    left out: they do not widen the vector's registers."""
-    return [c for c in collect(body, tirx.Cast) if collect(c.value, ir.TensorLoad)]
+def _value_casts(body, var) -> list:
+    """Casts of values a vector carries in registers: of loaded values, and of values computed
+    from the loop variable (`(j % 2 * 4).astype(T.uint8)` computes j % 2 * 4 in int32 lanes). Casts
+    inside indices, such as the int64 casts a dynamic int64 dimension brings into every address,
+    are left out: they do not widen the vector's registers."""
+    in_indices = [c for ld in collect(body, ir.TensorLoad) for i in ld.indices for c in collect(i, tirx.Cast)]
+    in_indices += [c for st in collect(body, tirx.BufferStore) for i in st.indices for c in collect(i, tirx.Cast)]
+    return [
+        c
+        for c in collect(body, tirx.Cast)
+        if (collect(c.value, ir.TensorLoad) or _depends_on(c.value, var)) and not any(c.same_as(x) for x in in_indices)
+    ]
+
+
+def _cast_bits(cast) -> int:
+    """The wider of a cast's source and result types."""
+    return max(DataType(str(cast.ty.dtype)).bits, DataType(str(cast.value.ty.dtype)).bits)
 
 
 def plan_vector_size(loop_vars, extents, body, analyzer, limit: int = 0) -> int:
@@ -104,11 +132,12 @@ def plan_vector_size(loop_vars, extents, body, analyzer, limit: int = 0) -> int:
     stores = collect(body, tirx.BufferStore)
     accesses = [(ld.source, list(ld.indices)) for ld in loads] + [(st.buffer, list(st.indices)) for st in stores]
     memory = [(b, idx) for b, idx in accesses if b.scope() in ("global", "shared", "shared.dyn")]
+    registers = [(b, idx) for b, idx in accesses if b.scope() in ("local", "local.fragment", "local.var")]
     # Memory accesses are at most 128 bits; values computed in registers (e.g. fp16 widened to fp32)
     # may be wider, as far as the code generator has a type for them (`register_lanes`).
     widths = [MAX_VECTOR_BITS // dtype_bits(str(b.dtype)) for b, _ in memory]
     widths += [register_lanes(dtype_bits(str(b.dtype))) for b, _ in accesses]
-    widths += [register_lanes(DataType(str(c.ty.dtype)).bits) for c in _value_casts(body)]
+    widths += [register_lanes(_cast_bits(c)) for c in _value_casts(body, var)]
     widths = widths or [1]
     vec = min(min(widths), limit) if limit else min(widths)
     conds = [s.condition for s in collect(body, tirx.IfThenElse)]
@@ -118,6 +147,7 @@ def plan_vector_size(loop_vars, extents, body, analyzer, limit: int = 0) -> int:
     while vec > 1:
         ok = inner % vec == 0
         ok = ok and all(_aligned_unit_stride(_flat_offset(b, idx), var, vec, analyzer) for b, idx in memory)
+        ok = ok and all(_register_lanes_line_up(_flat_offset(b, idx), var, vec, analyzer) for b, idx in registers)
         ok = ok and all(_uniform_condition(c, var, vec, analyzer) for c in conds)
         if ok:
             return vec
