@@ -22,6 +22,9 @@ runs over the thread's iterations, `inverse(thread, r)` gives the logical iterat
 
 A loop over a dynamic extent (`T.Parallel(m)`, `T.dynamic`) has no layout: it runs in rounds over
 the threads, iteration e on thread e % threads (`lower_dynamic`), and may not touch fragments.
+
+A loop that stores only into each thread's own buffers (`T.alloc_local`) and touches no fragment
+has no layout either: every thread runs all of it (`lower_thread_local`).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from tilelang.op import loop_indices
 from tilelang.op.loops import is_parallel, split_parallel_nest
 from tilelang.op.vectorize import plan_vector_size
 from tilelang.utils.ir import i32 as _c
-from tilelang.utils.ir import is_if_then_else
+from tilelang.utils.ir import collect, is_if_then_else
 
 
 class LoopNode:
@@ -88,6 +91,21 @@ class LoopNode:
         """Whether an extent is known only at run time (a `T.dynamic` size): such a loop runs in
         rounds over the threads (`lower_dynamic`) and may not touch fragments."""
         return any(not isinstance(e, tirx.IntImm) for e in self.extents)
+
+    @property
+    def is_thread_local(self) -> bool:
+        """Whether the nest stores only into buffers of each thread's own (`T.alloc_local`) and touches
+        no fragment: then every thread runs all of it (`lower_thread_local`), as the public TileLang
+        does; spread over the threads, each would fill only part of its own buffer. A call may
+        write through a pointer: one that passes a pointer to memory other than a local buffer
+        (an atomic on shared memory) keeps the loop spread."""
+        if self.accesses:
+            return False
+        scopes = [st.buffer.scope() for st in collect(self.body, tirx.BufferStore)]
+        scopes += [s for call in collect(self.body, ir.Call) for s in _pointer_scopes(call)]
+        if not scopes:
+            return False  # (a loop that stores nothing: calls only; spread as before)
+        return all(s in ("local", "local.var") for s in scopes)
 
     @property
     def shape(self):
@@ -523,6 +541,31 @@ def lower(loop, layout: fl.Fragment, ctx) -> tirx.Stmt:
     return tirx.For(
         outer, tirx.const(0, "int32"), tirx.const(extent, "int32"), tirx.ForKind.SERIAL, body, span=loop.span
     )
+
+
+def lower_thread_local(loop) -> tirx.Stmt:
+    """The nest as serial loops that every thread runs whole (a loop over its own local buffers)."""
+    node = loop
+    fors = []
+    while is_parallel(node):
+        fors.append(node)
+        node = node.body
+    body = node
+    for f in reversed(fors):
+        body = tirx.For(f.loop_var, f.min, f.extent, tirx.ForKind.SERIAL, body, span=f.span)
+    return body
+
+
+def _pointer_scopes(call) -> list:
+    """The memory scopes of the pointers `call` passes (address_of, T.access_ptr)."""
+    out = []
+    for arg in call.args:
+        name = getattr(arg.op, "name", "") if isinstance(arg, ir.Call) else ""
+        if name in ("tirx.address_of", "tl.access_ptr"):
+            out += [a.source.scope() for a in arg.args if isinstance(a, ir.TensorLoad)]
+        elif name == "tirx.tvm_access_ptr":
+            out.append(str(getattr(arg.args[1].ty, "storage_scope", "global")))
+    return out
 
 
 def lower_dynamic(loop, ctx) -> tirx.Stmt:

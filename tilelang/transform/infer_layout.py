@@ -28,7 +28,8 @@ After:   the loop carries annotation `tl.loop_layout` (thread = (i*64+j)//4 % 12
 A loop over a dynamic extent (`T.Parallel(m)`, or a copy between global regions of dynamic size)
 has no layout to infer: it is annotated `dynamic` and runs in rounds over the threads; it may not
 touch fragments. (An extent the scope makes constant, `H1 - H0` with H1 bound to H0 + 64, is
-folded first.)
+folded first.) A loop that stores only into each thread's own buffers (`T.alloc_local`) and touches
+no fragment is annotated `thread_local`: every thread runs all of it, over its own buffer.
 
 Requires: copies and fills expanded to loops. Guarantees: every parallel loop and every fragment
 has a layout, or a UserError names the fragment, the uses that disagree and their lines.
@@ -53,6 +54,7 @@ from tilelang.transform.common import Scope, collect, mutate_with_scope, walk
 
 LOOP_LAYOUT = "tl.loop_layout"
 DYNAMIC = "dynamic"  # the loop layout of a loop over a dynamic extent: rounds over the threads
+THREAD_LOCAL = "thread_local"  # the loop layout of a loop over local buffers: every thread runs it whole
 FRAGMENT_LAYOUTS = "tl.fragment_layouts"
 SHARED_LAYOUTS = "tl.shared_layouts"
 ANNOTATED_LAYOUTS = "tl.annotated_layouts"  # set by T.annotate_layout (language/annotations.py)
@@ -180,7 +182,7 @@ class _State:
 
     def pending(self, node) -> bool:
         if _is_loop(node):
-            return not node.is_dynamic and node not in self.loops
+            return not node.is_dynamic and not node.is_thread_local and node not in self.loops
         return node.op.infers_layouts() and node not in self.settled
 
 
@@ -564,6 +566,7 @@ def _annotate(func, nodes, state):
     _warn_enlarged(state)
     by_var = {node.vars[0]: fl.to_ir(layout) for node, layout in state.loops.items()}
     by_var.update({node.vars[0]: DYNAMIC for node in nodes if _is_loop(node) and node.is_dynamic})
+    by_var.update({node.vars[0]: THREAD_LOCAL for node in nodes if _is_loop(node) and node.is_thread_local})
 
     def on_for(loop):
         if loop.loop_var in by_var:

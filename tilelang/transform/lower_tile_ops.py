@@ -38,6 +38,7 @@ from tilelang.transform.infer_layout import (
     FRAGMENT_LAYOUTS,
     LOOP_LAYOUT,
     SHARED_LAYOUTS,
+    THREAD_LOCAL,
 )
 from tilelang.utils.ir import extern_name, seq
 
@@ -166,6 +167,8 @@ def lower_tile_ops(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTION
         layout = loop.annotations[LOOP_LAYOUT]
         if isinstance(layout, str) and layout == DYNAMIC:
             return parallel.lower_dynamic(loop, ctx)
+        if isinstance(layout, str) and layout == THREAD_LOCAL:
+            return recurse(parallel.lower_thread_local(loop))
         return parallel.lower(loop, fl.from_ir(layout), ctx)
 
     def on_eval(stmt, recurse):
