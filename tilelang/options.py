@@ -43,7 +43,7 @@ class PassConfigKey(str, enum.Enum):
     # once at INFO), or refused for the values it cannot honour (in _REFUSED).
     TL_ENABLE_DUMP_IR = "tl.enable_dump_ir"  # with TL_DUMP_IR_DIR: the IR after every pass (= tl.dump_ir)
     TL_DUMP_IR_DIR = "tl.dump_ir_path"  # the folder for TL_ENABLE_DUMP_IR (default ./dump_ir)
-    TL_DISABLE_FAST_MATH = "tl.disable_fast_math"  # older TileLang's switch; fast math is off by default here
+    TL_DISABLE_FAST_MATH = "tl.disable_fast_math"  # T.exp2 as exact exp2f, not the SFU's ex2.approx
     TL_DEVICE_COMPILE_FLAGS = "tl.device_compile_flags"  # extra nvcc flags (a string or a list of strings)
     TL_SIMPLIFY = "tl.Simplify"
     # Sub-keys of the tl.Simplify dict (the public enum lists them beside the keys).
@@ -113,6 +113,7 @@ class CompileOptions:
     disable_vectorize: bool = False
     dump_ir: str | None = None  # folder for the IR after every pass (also TILELANG_DUMP_IR)
     check_barrier_protocol: bool = False  # lower() interprets mbarrier kernels (also TILELANG_CHECK_BARRIER_PROTOCOL)
+    precise_exp2: bool = False  # T.exp2 of float32 as exp2f rather than ex2.approx (transform/use_fast_exp2.py)
 
     @classmethod
     def from_pass_configs(cls, pass_configs: dict | None) -> CompileOptions:
@@ -156,6 +157,7 @@ _FIELDS = {
     str(PassConfigKey.TL_DUMP_IR): "dump_ir",
     str(PassConfigKey.TL_CHECK_BARRIER_PROTOCOL): "check_barrier_protocol",
     str(PassConfigKey.TIR_DISABLE_VECTORIZE): "disable_vectorize",
+    str(PassConfigKey.TL_DISABLE_FAST_MATH): "precise_exp2",
 }
 
 # The public TileLang's keys that only tune or debug what its own passes do: ignoring them cannot
@@ -279,8 +281,8 @@ def _public_dump_ir(pass_configs: dict) -> dict:
 
 
 def _public_fast_math(pass_configs: dict) -> dict:
-    """Older TileLang's `tl.disable_fast_math` (its default was fast math on; here it is off)."""
-    disable = pass_configs.pop(str(PassConfigKey.TL_DISABLE_FAST_MATH), None)
+    """`tl.disable_fast_math` (the option `precise_exp2`) contradicts `tl.enable_fast_math`."""
+    disable = pass_configs.get(str(PassConfigKey.TL_DISABLE_FAST_MATH), None)
     if disable and pass_configs.get(str(PassConfigKey.TL_ENABLE_FAST_MATH)):
         raise UserError("pass_configs: 'tl.disable_fast_math' and 'tl.enable_fast_math' are both set")
     return pass_configs

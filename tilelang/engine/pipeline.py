@@ -48,6 +48,7 @@ from tilelang.transform.specialize_uniform_masks import specialize_uniform_masks
 from tilelang.transform.stage_fragment_stores import stage_fragment_stores
 from tilelang.transform.sync_shared_atomics import expose_shared_atomics, restore_shared_atomics
 from tilelang.transform.sync_thread_branches import expose_thread_branches, restore_thread_branches, thread_sync
+from tilelang.transform.use_fast_exp2 import use_fast_exp2
 from tilelang.transform.warp_specialize import CONSUMER_BRANCH, warp_specialize
 from tilelang.utils.target import has_tma
 
@@ -132,6 +133,10 @@ def _tvm_passes(options: CompileOptions, target):
         ("flatten_buffer", tirx.transform.FlattenBuffer()),
         ("narrow_data_type", tirx.transform.NarrowDataType(32)),
         ("vectorize_loop", tirx.transform.VectorizeLoop(not options.disable_vectorize)),
+        # T.exp2 on the special function unit (ex2.approx), unless the user asked for exp2f. After
+        # vectorization (which would leave a loop of calls serial): a vector's exps become one call
+        # per lane in the generated code.
+        *([] if options.precise_exp2 else [("use_fast_exp2", _apply_to_funcs(use_fast_exp2))]),
         ("storage_rewrite", tirx.transform.StorageRewrite()),
         ("unroll_loop", tirx.transform.UnrollLoop()),
         ("stmt_simplify_2", tirx.transform.StmtSimplify()),

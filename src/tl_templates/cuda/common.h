@@ -26,6 +26,15 @@ TL_DEVICE void named_barrier_sync() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(Id), "n"(Threads) : "memory");
 }
 
+// T.exp2 of a float on the special function unit: PTX ex2.approx.ftz.f32, one MUFU instruction
+// (relative error about 2^-22; results below 2^-126 flush to zero). What T.exp2 becomes by default
+// (tilelang/transform/use_fast_exp2.py); exp2f adds a range check and two multiplies around it.
+TL_DEVICE float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Integer ceiling division, for index arithmetic in templates.
 template <typename T>
 TL_DEVICE constexpr T ceil_div(T a, T b) {
