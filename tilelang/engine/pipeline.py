@@ -24,6 +24,7 @@ from tilelang.transform.check_descriptor_alignment import check_descriptor_align
 from tilelang.transform.check_hopper_primitives import check_hopper_primitives
 from tilelang.transform.check_register_budget import check_register_budget
 from tilelang.transform.check_shared_memory import SharedMemoryOverLimit, check_shared_memory, user_shared_tiles
+from tilelang.transform.choose_rasterization import choose_rasterization
 from tilelang.transform.collect_register_hints import collect_register_hints
 from tilelang.transform.common import collect
 from tilelang.transform.consumer_barriers import consumer_barriers
@@ -78,6 +79,9 @@ def _tile_passes(options: CompileOptions, target):
         # Each T.gemm's instruction (mma.sync or wgmma) and plan, decided once from the threads of
         # its scope and recorded on the call: the pipeline planner, layout inference and lowering read it.
         ("select_gemm_instructions", opt(select_gemm_instructions)),
+        # A GEMM-shaped kernel without T.use_swizzle gets block panels for L2 reuse (logged), while
+        # its copies are still T.copy; rasterize_blocks applies it after the pipelines.
+        ("choose_rasterization", choose_rasterization),
         # Copies to shared memory that run once per kernel become TMA loads; the pipeline planner
         # then knows which tiles only TMA writes (no proxy fence before wgmma).
         *([("lower_tma_copies", opt(lower_tma_copies))] if hopper else []),

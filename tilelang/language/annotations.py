@@ -126,8 +126,8 @@ def use_swizzle(panel_size: int, order: str = "row", enable: bool = True):
 
     if order not in _ORDERS:
         raise UserError(f"T.use_swizzle: order must be 'row' or 'column', got {order!r}")
-    if not enable:
-        return None
+    if not enable:  # panel 0: launch order, kept (the compiler chooses panels for GEMMs without a call)
+        return base.make_call("use_swizzle", [tirx.const(0, "int32"), tirx.const(_ORDERS[order], "int32")])
     if int(panel_size) <= 0:
         raise UserError(f"T.use_swizzle: panel_size must be positive, got {panel_size}")
     return base.make_call("use_swizzle", [tirx.const(int(panel_size), "int32"), tirx.const(_ORDERS[order], "int32")])

@@ -10,6 +10,8 @@ After:   bx_r = ...; by_r = ...;  ... A[by_r * 128, ...] ... B[..., bx_r * 128] 
 In a kernel of 2-block clusters (`inject_tma_pipelines`: blocks paired along x or y share a tile), the
 remap moves pairs as units, so a cluster's blocks still share that tile.
 
+`T.use_swizzle(..., enable=False)` is a call of panel 0: launch order, the call dropped.
+
 Requires: kernels with blockIdx.x and blockIdx.y; pipelining done (it decides the clusters).
 Guarantees: no `tl.use_swizzle` call remains; the
 remapping is a permutation of the grid (every block index is used once).
@@ -25,6 +27,7 @@ from tilelang.errors import at_span
 from tilelang.layout.fragment import substitute
 from tilelang.op import base
 from tilelang.transform.common import Scope, collect, mutate_with_scope
+from tilelang.utils.ir import const_int
 
 NAME = "use_swizzle"
 
@@ -86,7 +89,7 @@ def rasterize_blocks(func: tirx.PrimFunc) -> tirx.PrimFunc:
     def on_seq(seq, recurse):
         stmts = list(seq.seq)
         for k, stmt in enumerate(stmts):
-            if isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value, NAME):
+            if isinstance(stmt, tirx.Evaluate) and base.is_tile_op(stmt.value, NAME) and const_int(stmt.value.args[0]):
                 if "blockIdx.x" not in scope.threads or "blockIdx.y" not in scope.threads:
                     raise at_span("T.use_swizzle needs a kernel with a 2-D grid of blocks", stmt.span)
                 panel, order = int(stmt.value.args[0].value), int(stmt.value.args[1].value)
@@ -102,7 +105,7 @@ def rasterize_blocks(func: tirx.PrimFunc) -> tirx.PrimFunc:
 
     body = mutate_with_scope(func.body, scope, {tirx.SeqStmt: on_seq})
 
-    def drop(stmt):  # a use_swizzle alone in a body (no statements after it) has nothing to remap
+    def drop(stmt):  # a use_swizzle alone in a body (nothing after it to remap), or of panel 0 (launch order)
         return tirx.Evaluate(0) if base.is_tile_op(stmt.value, NAME) else stmt
 
     return func.with_body(tvm_ffi.structural_map(body, [(tirx.Evaluate, drop)]))
