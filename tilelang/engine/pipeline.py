@@ -31,6 +31,7 @@ from tilelang.transform.consumer_barriers import consumer_barriers
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.expose_to_merge import expose_to_merge, restore_after_merge
 from tilelang.transform.fold_accumulator_clear import fold_accumulator_clear
+from tilelang.transform.fold_tile_extents import fold_tile_extents
 from tilelang.transform.hoist_allocations import hoist_allocations
 from tilelang.transform.hoist_shared_reads import hoist_shared_reads
 from tilelang.transform.infer_layout import infer_layout
@@ -67,6 +68,10 @@ def _tile_passes(options: CompileOptions, target):
     return [
         # The hand-written warp-specialization primitives off sm_90a: an error before anything else.
         *([] if hopper else [("check_hopper_primitives", check_hopper_primitives)]),
+        # Tile extents between bound values (`Q[b, H0:H1, :]`) become the constants they are, before
+        # any pass reads a tile's shape (TMA boxes, pipelines, gemm plans); the user's T.tma_copy is
+        # checked with them.
+        ("fold_tile_extents", fold_tile_extents),
         # Tiles allocated inside loop bodies become one allocation in front of the loop, before any
         # pass restructures loops (a pipeline's prologue copies need the tile defined before it).
         ("hoist_allocations", hoist_allocations),
