@@ -136,6 +136,7 @@ def _tile_passes(options: CompileOptions, target):
 def _tvm_passes(options: CompileOptions, target):
     """TVM's lowering passes, once the IR is plain per-thread TIR."""
     hopper = has_tma(target)
+    syncs = not options.disable_thread_storage_sync  # tl.disable_thread_storage_sync: the kernel's own only
     return [
         ("stmt_simplify", tirx.transform.StmtSimplify()),
         # Buffers become flat pointers; the vectorized loops then become 128-bit accesses.
@@ -166,18 +167,25 @@ def _tvm_passes(options: CompileOptions, target):
         # block, so a tile reusing another's bytes waits for that tile's last readers.
         # Reads of shared memory in an `if` condition or a loop bound, which TVM's barrier
         # insertion does not expect, are bound just before their statement.
-        ("hoist_shared_reads", _apply_to_funcs(hoist_shared_reads)),
+        *([("hoist_shared_reads", _apply_to_funcs(hoist_shared_reads))] if syncs else []),
         # Branches of the first n threads: barriers around them, their condition hidden from TVM's
         # barrier insertion and put back after it, with the barriers inside over the n threads.
-        ("expose_thread_branches", _apply_to_funcs(expose_thread_branches)),
-        # Warp roles written by hand that synchronize through mbarriers run side by side: no block
-        # barrier between them (they touch shared memory only through TMA, wgmma and mbarriers).
-        ("relax_role_barriers", _apply_to_funcs(relax_role_barriers)),
-        # Atomics on shared memory as reads and writes for it (TVM does not look inside their pointers).
-        ("expose_shared_atomics", _apply_to_funcs(expose_shared_atomics)),
-        ("thread_sync_shared", thread_sync("shared")),
-        ("thread_sync_shared_dyn", thread_sync("shared.dyn")),
-        ("restore_shared_atomics", _apply_to_funcs(restore_shared_atomics)),
+        ("expose_thread_branches", _apply_to_funcs(functools.partial(expose_thread_branches, options=options))),
+        # Without tl.disable_thread_storage_sync (then no barrier is inserted, as in TileLang):
+        *(
+            [
+                # Warp roles written by hand that synchronize through mbarriers run side by side: no
+                # block barrier between them (they touch shared memory only through TMA, wgmma, mbarriers).
+                ("relax_role_barriers", _apply_to_funcs(relax_role_barriers)),
+                # Atomics on shared memory as reads and writes for it (TVM does not look inside their pointers).
+                ("expose_shared_atomics", _apply_to_funcs(expose_shared_atomics)),
+                ("thread_sync_shared", thread_sync("shared")),
+                ("thread_sync_shared_dyn", thread_sync("shared.dyn")),
+                ("restore_shared_atomics", _apply_to_funcs(restore_shared_atomics)),
+            ]
+            if syncs
+            else []
+        ),
         ("restore_thread_branches", _apply_to_funcs(restore_thread_branches)),
         # Barriers inside a warp-specialized kernel's consumer branch wait for the consumers only.
         ("consumer_barriers", consumer_barriers()),
