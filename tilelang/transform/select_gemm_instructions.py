@@ -35,6 +35,7 @@ import logging
 import numpy as np
 from tvm import tirx
 
+from tilelang.errors import at_span
 from tilelang.layout import layout as sl
 from tilelang.op import gemm as gemm_op
 from tilelang.op.gemm import selection, wgmma
@@ -51,8 +52,26 @@ def select_gemm_instructions(func: tirx.PrimFunc, options: CompileOptions = DEFA
         out, gemms = _select(func, target, options, mma_only)
         conflicts = _gemms_disagreeing(gemms) - mma_only
         if not conflicts:
+            _check_wgmma_only(gemms, mma_only)
             return out
         mma_only |= conflicts
+
+
+def _check_wgmma_only(gemms, mma_only) -> None:
+    """`T.wgmma_gemm` runs on wgmma or not at all (as in the public TileLang)."""
+    for k, (g, _) in enumerate(gemms):
+        if g.wgmma_only and not isinstance(g.plan, wgmma.Plan):
+            why = (
+                "another gemm reads one of its shared tiles, or accumulates into its fragment, with mma.sync"
+                if k in mma_only
+                else "the target, dtypes, shape, threads or operands do not fit wgmma (TILELANG_LOG_LEVEL=DEBUG "
+                "logs which)"
+            )
+            raise at_span(
+                f"T.wgmma_gemm({g.a.name}, {g.b.name}, {g.c.name}) cannot run as wgmma here: {why}; use T.gemm, "
+                "which falls back to mma.sync",
+                g.span,
+            )
 
 
 def _select(func, target, options, mma_only):
