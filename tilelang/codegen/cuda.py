@@ -46,6 +46,7 @@ _HEADERS = [
     ("tl::setmaxnreg_", "tma.h"),
     ("tl::sync_grid", "grid.h"),
     (vectors.HEADER_CALL, "convert.h"),
+    ("tl::fp4_e2m1_", "convert.h"),
 ]
 
 

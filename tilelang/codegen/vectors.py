@@ -14,8 +14,9 @@ such vector becomes a call of the header's helper, which converts each lane as t
 
 Values TVM prints right are left as they are, so code that compiled before is unchanged.
 
-Buffers of 4-bit values (int4, float4_e2m1fn) it reads two to a byte but stores a byte each, so
-a kernel with one is refused by name before the code generator runs (`refuse_sub_byte_buffers`).
+Buffers of 4-bit values (int4, float4_e2m1fn) it reads two to a byte but stores a byte each:
+fp4 ones are bytes by then (`transform/pack_fp4_tensors.py`), a kernel with another is refused by
+name before the code generator runs (`refuse_sub_byte_buffers`).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def _broadcast(node: tirx.Broadcast):
 
 
 def refuse_sub_byte_buffers(mod) -> None:
-    """A UserError for a kernel with a buffer of 4-bit values (int4, float4_e2m1fn, ...): TVM's code
+    """A UserError for a kernel with a buffer of 4-bit values (int4, ...; fp4 ones are bytes by now): TVM's code
     generator packs two to a byte when it reads them but stores each into a whole byte (clobbering
     its neighbour), and the host code generator has no type for them, so such kernels would
     compute wrong values or fail inside TVM."""
@@ -104,10 +105,10 @@ def refuse_sub_byte_buffers(mod) -> None:
             if dt.bits < 8 and str(dt) != "bool":
                 name = func.attrs.get("global_symbol", gv.name_hint) if func.attrs is not None else gv.name_hint
                 raise UserError(
-                    f"kernel {name}: '{node.buffer.name}' holds {dt.with_lanes(1)} values; tilelang cannot compile "
-                    "tensors or tiles of 4-bit values yet. Keep 4-bit data packed in a uint8 tensor (two values per "
-                    "byte, as torch's float4_e2m1fn_x2 stores them) and unpack it with bit operations (>>, &, "
-                    "T.reinterpret) or a T.import_source helper, as the public dequantize_gemm examples do"
+                    f"kernel {name}: '{node.buffer.name}' holds {dt.with_lanes(1)} values; tilelang compiles "
+                    "tensors and tiles of 4-bit values only as T.float4_e2m1fn. Keep other 4-bit data packed in a "
+                    "uint8 tensor (two values per byte) and unpack it with bit operations (>>, &, T.reinterpret) "
+                    "or a T.import_source helper, as the public dequantize_gemm examples do"
                 )
 
 

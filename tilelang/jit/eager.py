@@ -20,7 +20,7 @@ import inspect
 
 from tilelang.dtypes import canonical
 from tilelang.errors import UserError
-from tilelang.jit.params import Param, bind_symbols, check_argument
+from tilelang.jit.params import Param, bind_symbols, check_argument, logical_shape
 from tilelang.language.eager import EagerFunction
 from tilelang.language.symbolics import dim_text
 
@@ -148,7 +148,7 @@ class EagerKernel:
             shape = getattr(tensor, "shape", None)
             if shape is None or len(shape) != len(param.shape):  # the full story, as a kernel's call tells it
                 check_argument(param, tensor, self.tensors.index(param.name), self.name, device=False)
-            sizes.append(int(shape[dim]))
+            sizes.append(int(logical_shape(param, shape)[dim]))
         return tuple(sizes)
 
     # ---- the kernel for a call ------------------------------------------------------------------------

@@ -9,7 +9,16 @@ from __future__ import annotations
 import time
 
 from tilelang.jit.outputs import check_outputs
-from tilelang.jit.params import as_pointer, bind_symbols, diagnose, params_of, resolve_shape
+from tilelang.jit.params import (
+    FP4,
+    as_launched,
+    as_pointer,
+    bind_symbols,
+    diagnose,
+    params_of,
+    resolve_shape,
+    storage_shape,
+)
 from tilelang.log import report, timed
 from tilelang.options import CompileOptions
 
@@ -129,7 +138,12 @@ class JITKernel:
             and all(p.is_static for p in self.params)
             and not self._pointers()
             and self.params[0].kind == "tensor"  # the output goes on the first input's device
+            and not self._fp4()  # (its torch shape and dtype differ from the kernel's bytes)
         )
+
+    def _fp4(self) -> list[int]:
+        """Positions of the fp4 tensors: passed as their bytes (`params.as_launched`)."""
+        return [k for k, p in enumerate(self.params) if p.kind == "tensor" and p.dtype == FP4]
 
     def _pointers(self) -> list[int]:
         """Positions of the pointer parameters (`T.ptr`): their arguments are converted per call."""
@@ -230,6 +244,8 @@ class JITKernel:
         n_in = len(self._in_idx)
         if self._has_symbols() or not self.out_idx or self._in_idx != list(range(n_in)) or self._pointers():
             return
+        if self._fp4():
+            return
         shapes = [tuple(self.params[k].shape) for k in self.out_idx]
         dtypes = [_torch_dtype(self.params[k].dtype) for k in self.out_idx]
         self._fast = (n_in, shapes, dtypes, fn, self.__dict__.get("_alloc_func"))
@@ -266,7 +282,7 @@ class JITKernel:
         for k, p in enumerate(self.params):
             if k in self.out_idx:
                 shape = p.shape if bindings is None else resolve_shape(p, bindings)
-                t = torch.empty(shape, dtype=_torch_dtype(p.dtype), device=device)
+                t = torch.empty(storage_shape(p, shape), dtype=_torch_dtype(p.dtype), device=device)
                 outs.append(t)
                 full.append(t)
             else:
@@ -285,6 +301,12 @@ class JITKernel:
             for k in pointers:
                 if k < len(args) and isinstance(args[k], (int, _tensor_type())) and not isinstance(args[k], bool):
                     args[k] = as_pointer(args[k])
+        fp4 = self._fp4()
+        if fp4:
+            args = list(args)
+            for k in fp4:
+                if k < len(args):
+                    args[k] = as_launched(self.params[k], args[k])
         try:
             fn(*args)
         except (ValueError, TypeError):

@@ -19,6 +19,28 @@ from dataclasses import dataclass
 
 from tilelang.jit.exported import CALLS, evaluate_dim, parse_dim
 
+# A tensor of 4-bit floats is torch's float4_e2m1fn_x2: two values per byte, the last dimension
+# halved. The kernel takes its bytes (transform/pack_fp4_tensors.py), passed as a uint8 view.
+FP4 = "float4_e2m1fn"
+_FP4_TORCH = ("float4_e2m1fnx2", "float4_e2m1fn", "uint8")  # (canonical names of what may carry fp4)
+
+
+def storage_shape(param, shape) -> tuple:
+    """The torch shape of a tensor holding `param` of logical shape `shape`."""
+    if param.dtype != FP4 or not shape:
+        return tuple(shape)
+    return (*shape[:-1], shape[-1] // 2)
+
+
+def as_launched(param, arg):
+    """`arg` as the launcher takes it: an fp4 tensor as its bytes."""
+    if param.dtype == FP4 and hasattr(arg, "view") and hasattr(arg, "dtype"):
+        import torch
+
+        return arg.view(torch.uint8)
+    return arg
+
+
 # The largest size a symbol of each dtype holds (the launcher reads sizes into variables of that type).
 _SYMBOL_MAX = {"int32": 2**31 - 1, "int64": 2**63 - 1}
 
@@ -154,12 +176,13 @@ def _problems(param: Param, arg, device: bool = True) -> list[str]:
 
     problems = []
     got_dtype = canonical(arg.dtype)
-    if got_dtype != param.dtype:
+    if got_dtype != param.dtype and not (param.dtype == FP4 and got_dtype in _FP4_TORCH):
         problems.append(f"dtype {got_dtype} instead of {param.dtype}")
+    shape = logical_shape(param, arg.shape)
     if arg.dim() != len(param.shape):
         problems.append(f"{arg.dim()} dimensions instead of {len(param.shape)}")
-    elif any(isinstance(want, int) and want != got for want, got in zip(param.shape, arg.shape)):
-        problems.append(f"shape {list(arg.shape)} instead of {format_shape(param.shape)}")
+    elif any(isinstance(want, int) and want != got for want, got in zip(param.shape, shape)):
+        problems.append(f"shape {list(shape)} instead of {format_shape(param.shape)}")
     if device and arg.device.type != "cuda":
         problems.append(f"device {arg.device} instead of a CUDA device")
     if not arg.is_contiguous():
@@ -232,11 +255,18 @@ def bind_symbols(params: list[Param], args, kernel_name: str = "kernel") -> dict
 
 
 def _shape_of(param, arg, position, kernel_name):
-    """The shape of `arg`, which has `param`'s rank; otherwise check_argument raises the full story."""
+    """The logical shape of `arg`, which has `param`'s rank; otherwise check_argument raises the full story."""
     shape = getattr(arg, "shape", None)
     if shape is None or len(shape) != len(param.shape):
         check_argument(param, arg, position, kernel_name)
-    return shape
+    return logical_shape(param, shape)
+
+
+def logical_shape(param, shape) -> tuple:
+    """The logical shape of a tensor of torch shape `shape` holding `param` (fp4: two values a byte)."""
+    if param.dtype != FP4 or not len(shape):
+        return tuple(shape)
+    return (*shape[:-1], shape[-1] * 2)
 
 
 def _names(expression: str) -> list[str]:

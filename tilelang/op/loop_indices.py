@@ -174,7 +174,8 @@ class Packing:
         points = grid(self.shape + (self.rest_extent,))
         env = dict(zip(inverse.initial_indices, points))
         back = [np.broadcast_to(evaluate(e, env), points[0].shape) for e in inverse.final_indices]
-        forward = [np.broadcast_to(evaluate(e, dict(zip(self.vars, back))), points[0].shape) for e in imap.final_indices]
+        at_back = dict(zip(self.vars, back))
+        forward = [np.broadcast_to(evaluate(e, at_back), points[0].shape) for e in imap.final_indices]
         if any((b < 0).any() or (b >= n).any() for b, n in zip(back, self.loop_shape)) or not all(
             np.array_equal(f, p) for f, p in zip(forward, points)
         ):

@@ -1,5 +1,6 @@
 // Element-wise conversions of vectors (tl::vec_cast) and fp8 broadcasts (tl::vec_broadcast), for
-// the vector values TVM's code generator would print wrong (tilelang/codegen/vectors.py says which).
+// the vector values TVM's code generator would print wrong (tilelang/codegen/vectors.py says which),
+// and the float4_e2m1fn codes fp4 tiles and tensors hold (tl::fp4_e2m1_from_float / _to_float).
 //
 // TVM holds a vector in the CUDA type of its size (8 x fp8 in a uint2, 8 x float in a ulonglong4),
 // so `(uint2)(v)` of a float vector does not compile and `(uint2)(v)` of an e4m3 vector into an
@@ -139,6 +140,34 @@ TL_CONVERT_FN VecBits<N * sizeof(T)> vec_broadcast(T x) {
   VecBits<N * sizeof(T)> result;
   memcpy(result.bytes, lanes, sizeof(lanes));
   return result;
+}
+
+// float4_e2m1fn (tilelang/transform/pack_fp4_tensors.py): a 4-bit code, sign in bit 3, magnitudes
+// 0, 0.5, 1, 1.5, 2, 3, 4, 6 for codes 0..7. Rounds to nearest, ties to the even code (as cvt.rn),
+// saturating to +-6; NaN becomes +6 (e2m1 has no NaN).
+TL_CONVERT_FN unsigned char fp4_e2m1_from_float(float x) {
+  unsigned int bits;
+  memcpy(&bits, &x, sizeof(bits));
+  const unsigned char sign = (bits >> 31) ? 8 : 0;
+  const float a = fabsf(x);
+  if (!(a == a)) return 7;
+  unsigned char code;
+  if (a <= 0.25f) code = 0;
+  else if (a < 0.75f) code = 1;
+  else if (a <= 1.25f) code = 2;
+  else if (a < 1.75f) code = 3;
+  else if (a <= 2.5f) code = 4;
+  else if (a < 3.5f) code = 5;
+  else if (a <= 5.0f) code = 6;
+  else code = 7;
+  return sign | code;
+}
+
+// The value of a float4_e2m1fn code (the low 4 bits of `code`).
+TL_CONVERT_FN float fp4_e2m1_to_float(unsigned char code) {
+  const float magnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float a = magnitude[code & 7];
+  return (code & 8) ? -a : a;
 }
 
 }  // namespace tl

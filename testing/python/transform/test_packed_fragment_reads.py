@@ -137,7 +137,9 @@ def test_a_byte_read_on_two_threads_is_held_by_both():
 def test_a_loop_follows_a_packed_fragment_laid_out_first():
     # B_local's layout fixed first (annotated: byte (i, m) on thread (i * 64 + m) // 32, register m % 32):
     # the unpacking loop runs both iterations of a byte on its holder, in consecutive registers.
-    layout = T.Fragment((64, 64), forward_thread_fn=lambda i, m: (i * 64 + m) // 32, forward_index_fn=lambda i, m: m % 32)
+    layout = T.Fragment(
+        (64, 64), forward_thread_fn=lambda i, m: (i * 64 + m) // 32, forward_index_fn=lambda i, m: m % 32
+    )
 
     @T.prim_func
     def main(B: T.Tensor((64, 64), T.uint8), C: T.Tensor((64, 128), T.uint8)):

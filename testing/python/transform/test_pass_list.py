@@ -39,6 +39,13 @@ def test_the_hopper_pipeline_is_its_steps_in_order():
     assert "check_hopper_primitives" not in names
 
 
+def test_fp4_tensors_become_bytes_after_every_tile_pass():
+    # (pack_fp4_tensors needs per-thread loops with their vector widths; TVM's passes see only bytes)
+    for arch in ("sm_80", "sm_90a"):
+        target, options = determine_target(arch), CompileOptions()
+        assert [name for name, _ in _tile_passes(options, target)][-1] == "pack_fp4_tensors"
+
+
 def test_other_targets_get_no_hopper_steps():
     for arch in ("sm_80", "sm_89"):
         names = _names(arch)
