@@ -71,6 +71,7 @@ class PassConfigKey(str, enum.Enum):
     TL_DISABLE_LOOP_UNSWITCHING = "tl.disable_loop_unswitching"
     TL_LOOP_UNSWITCHING_ALLOW_NON_TRIVIAL_ELSE = "tl.loop_unswitching_allow_non_trivial_else"
     TL_IF_STMT_BINDING_INLINE_REPLAYABLE_BINDS = "tl.if_stmt_binding_inline_replayable_binds"
+    # No automatic barriers for shared memory (the kernel's own T.sync_threads stay), as in TileLang.
     TL_DISABLE_THREAD_STORAGE_SYNC = "tl.disable_thread_storage_sync"
     TL_FORCE_LET_INLINE = "tl.force_let_inline"
     TL_AST_PRINT_ENABLE = "tl.ast_print_enable"
@@ -114,6 +115,8 @@ class CompileOptions:
     dump_ir: str | None = None  # folder for the IR after every pass (also TILELANG_DUMP_IR)
     check_barrier_protocol: bool = False  # lower() interprets mbarrier kernels (also TILELANG_CHECK_BARRIER_PROTOCOL)
     precise_exp2: bool = False  # T.exp2 of float32 as exp2f rather than ex2.approx (transform/use_fast_exp2.py)
+    # No barriers inserted for shared memory: the kernel synchronizes its threads itself.
+    disable_thread_storage_sync: bool = False
 
     @classmethod
     def from_pass_configs(cls, pass_configs: dict | None) -> CompileOptions:
@@ -158,6 +161,7 @@ _FIELDS = {
     str(PassConfigKey.TL_CHECK_BARRIER_PROTOCOL): "check_barrier_protocol",
     str(PassConfigKey.TIR_DISABLE_VECTORIZE): "disable_vectorize",
     str(PassConfigKey.TL_DISABLE_FAST_MATH): "precise_exp2",
+    str(PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC): "disable_thread_storage_sync",
 }
 
 # The public TileLang's keys that only tune or debug what its own passes do: ignoring them cannot
@@ -181,10 +185,6 @@ _HINTS = {
     "tl.disable_loop_unswitching": "there is no loop-unswitching pass",
     "tl.loop_unswitching_allow_non_trivial_else": "there is no loop-unswitching pass",
     "tl.if_stmt_binding_inline_replayable_binds": "there is no if-statement binding pass",
-    "tl.disable_thread_storage_sync": (
-        "barriers for shared memory are still inserted where needed (a redundant barrier costs time, "
-        "not correctness; one needed under a thread-dependent condition is a UserError)"
-    ),
     "tl.force_let_inline": "let bindings are inlined as TVM's simplifier decides",
     "tl.ast_print_enable": "use tl.dump_ir (or TILELANG_DUMP_IR) to see the IR after every pass",
     "tl.layout_visualization_enable": "plot a layout with tilelang.tools.plot_layout",

@@ -22,8 +22,10 @@ def matmul(
             A_shared = T.alloc_shared((block_M, block_K), dtype)
             B_shared = T.alloc_shared((block_K, block_N), dtype)
             C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-            # Visit blocks in panels of `rasterize` grid rows, so that neighbours share A and B in L2.
-            T.use_swizzle(panel_size=rasterize, enable=rasterize > 0)
+            # Visit blocks in panels of `rasterize` grid rows, so that neighbours share A and B in L2
+            # (without the call, the compiler picks panels for a GEMM like this one itself).
+            if rasterize > 0:
+                T.use_swizzle(panel_size=rasterize)
             T.clear(C_local)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                 T.copy(A[by * block_M, k * block_K], A_shared)

@@ -41,6 +41,9 @@ def test_implemented_keys():
         {PassConfigKey.TL_ENABLE_FAST_MATH: True, PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True}
     )
     assert opts.fast_math and opts.disable_warp_specialized
+    # Honoured as in TileLang: no barriers inserted for shared memory (transform/test_sync_thread_branches.py).
+    assert CompileOptions.from_pass_configs({"tl.disable_thread_storage_sync": True}).disable_thread_storage_sync
+    assert not options.DEFAULT_OPTIONS.disable_thread_storage_sync
     assert CompileOptions.from_pass_configs({"tl.disable_fast_math": True}).fast_math is False
     with pytest.raises(UserError, match="both set"):
         CompileOptions.from_pass_configs({"tl.disable_fast_math": True, "tl.enable_fast_math": True})
@@ -60,10 +63,10 @@ def test_hints_are_accepted_and_logged_once(monkeypatch, caplog):
     monkeypatch.setattr(options, "_HINTS_LOGGED", set())
     with caplog.at_level(logging.INFO, logger="tilelang"):
         for _ in range(2):
-            opts = CompileOptions.from_pass_configs({PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC: True})
+            opts = CompileOptions.from_pass_configs({PassConfigKey.TL_DISABLE_SHUFFLE_ELECT: True})
     assert opts == options.DEFAULT_OPTIONS  # nothing changes
-    lines = [r.getMessage() for r in caplog.records if "tl.disable_thread_storage_sync" in r.getMessage()]
-    assert len(lines) == 1 and "barriers for shared memory are still inserted" in lines[0]
+    lines = [r.getMessage() for r in caplog.records if "tl.disable_shuffle_elect" in r.getMessage()]
+    assert len(lines) == 1 and "leader election is chosen by the compiler" in lines[0]
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ from tilelang.transform.consumer_barriers import consumer_barriers
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.expose_to_merge import expose_to_merge, restore_after_merge
 from tilelang.transform.fold_accumulator_clear import fold_accumulator_clear
+from tilelang.transform.fold_tile_extents import fold_tile_extents
 from tilelang.transform.hoist_allocations import hoist_allocations
 from tilelang.transform.hoist_shared_reads import hoist_shared_reads
 from tilelang.transform.infer_layout import infer_layout
@@ -44,7 +45,6 @@ from tilelang.transform.place_wgmma_waits import place_wgmma_waits
 from tilelang.transform.plan_pipelines import plan_pipelines
 from tilelang.transform.rasterize_blocks import rasterize_blocks
 from tilelang.transform.relax_role_barriers import relax_role_barriers
-from tilelang.transform.retype_access_ptrs import retype_access_ptrs
 from tilelang.transform.select_gemm_instructions import select_gemm_instructions
 from tilelang.transform.set_register_budgets import set_register_budgets
 from tilelang.transform.specialize_uniform_masks import specialize_uniform_masks
@@ -69,6 +69,10 @@ def _tile_passes(options: CompileOptions, target):
     return [
         # The hand-written warp-specialization primitives off sm_90a: an error before anything else.
         *([] if hopper else [("check_hopper_primitives", check_hopper_primitives)]),
+        # Tile extents between bound values (`Q[b, H0:H1, :]`) become the constants they are, before
+        # any pass reads a tile's shape (TMA boxes, pipelines, gemm plans); the user's T.tma_copy is
+        # checked with them.
+        ("fold_tile_extents", fold_tile_extents),
         # Tiles allocated inside loop bodies become one allocation in front of the loop, before any
         # pass restructures loops (a pipeline's prologue copies need the tile defined before it).
         ("hoist_allocations", hoist_allocations),
@@ -136,6 +140,7 @@ def _tile_passes(options: CompileOptions, target):
 def _tvm_passes(options: CompileOptions, target):
     """TVM's lowering passes, once the IR is plain per-thread TIR."""
     hopper = has_tma(target)
+    syncs = not options.disable_thread_storage_sync  # tl.disable_thread_storage_sync: the kernel's own only
     return [
         ("stmt_simplify", tirx.transform.StmtSimplify()),
         # Buffers become flat pointers; the vectorized loops then become 128-bit accesses.
@@ -147,9 +152,6 @@ def _tvm_passes(options: CompileOptions, target):
         # per lane in the generated code.
         *([] if options.precise_exp2 else [("use_fast_exp2", _apply_to_funcs(use_fast_exp2))]),
         ("storage_rewrite", tirx.transform.StorageRewrite()),
-        # StorageRewrite lets tiles of different element types share an allocation but points a
-        # tile's tvm_access_ptr at the shared one, of the other type: each gets a view of its own.
-        ("retype_access_ptrs", _apply_to_funcs(retype_access_ptrs)),
         ("unroll_loop", tirx.transform.UnrollLoop()),
         ("stmt_simplify_2", tirx.transform.StmtSimplify()),
         ("remove_no_op", tirx.transform.RemoveNoOp()),
@@ -169,18 +171,25 @@ def _tvm_passes(options: CompileOptions, target):
         # block, so a tile reusing another's bytes waits for that tile's last readers.
         # Reads of shared memory in an `if` condition or a loop bound, which TVM's barrier
         # insertion does not expect, are bound just before their statement.
-        ("hoist_shared_reads", _apply_to_funcs(hoist_shared_reads)),
+        *([("hoist_shared_reads", _apply_to_funcs(hoist_shared_reads))] if syncs else []),
         # Branches of the first n threads: barriers around them, their condition hidden from TVM's
         # barrier insertion and put back after it, with the barriers inside over the n threads.
-        ("expose_thread_branches", _apply_to_funcs(expose_thread_branches)),
-        # Warp roles written by hand that synchronize through mbarriers run side by side: no block
-        # barrier between them (they touch shared memory only through TMA, wgmma and mbarriers).
-        ("relax_role_barriers", _apply_to_funcs(relax_role_barriers)),
-        # Atomics on shared memory as reads and writes for it (TVM does not look inside their pointers).
-        ("expose_shared_atomics", _apply_to_funcs(expose_shared_atomics)),
-        ("thread_sync_shared", thread_sync("shared")),
-        ("thread_sync_shared_dyn", thread_sync("shared.dyn")),
-        ("restore_shared_atomics", _apply_to_funcs(restore_shared_atomics)),
+        ("expose_thread_branches", _apply_to_funcs(functools.partial(expose_thread_branches, options=options))),
+        # Without tl.disable_thread_storage_sync (then no barrier is inserted, as in TileLang):
+        *(
+            [
+                # Warp roles written by hand that synchronize through mbarriers run side by side: no
+                # block barrier between them (they touch shared memory only through TMA, wgmma, mbarriers).
+                ("relax_role_barriers", _apply_to_funcs(relax_role_barriers)),
+                # Atomics on shared memory as reads and writes for it (TVM does not look inside their pointers).
+                ("expose_shared_atomics", _apply_to_funcs(expose_shared_atomics)),
+                ("thread_sync_shared", thread_sync("shared")),
+                ("thread_sync_shared_dyn", thread_sync("shared.dyn")),
+                ("restore_shared_atomics", _apply_to_funcs(restore_shared_atomics)),
+            ]
+            if syncs
+            else []
+        ),
         ("restore_thread_branches", _apply_to_funcs(restore_thread_branches)),
         # Barriers inside a warp-specialized kernel's consumer branch wait for the consumers only.
         ("consumer_barriers", consumer_barriers()),
@@ -251,8 +260,9 @@ def _lower(func: tirx.PrimFunc, target, options: CompileOptions, name: str) -> L
             mod = _run_pass(pass_name, p, mod, dump_dir)
             if dump_dir:
                 _dump(dump_dir, k, pass_name, mod)
-            if pass_name == "merge_shared_memory":
-                # The merged block is each kernel's real shared-memory need: check it against the target.
+            if pass_name == "restore_after_merge":
+                # The merged block is each kernel's real shared-memory need: check it against the target
+                # (once the merge's marks are gone: the descriptor check reads the pointers as they are).
                 try:
                     check_shared_memory(mod, target, tiles)
                 except SharedMemoryOverLimit as err:

@@ -78,6 +78,19 @@ class Layout:
         table[offsets] = np.arange(offsets.size)
         return table
 
+    def contiguous_run(self) -> int:
+        """The largest power of two n dividing the row length such that every n consecutive
+        elements of a row starting at a multiple of n stay consecutive in memory (a swizzle's 16-byte
+        chunk, a whole row of a linear layout)."""
+        flat = evaluate(self.forward, dict(zip(self.vars, grid(self.shape)))).reshape(-1, int(self.shape[-1]))
+        n = int(self.shape[-1]) & -int(self.shape[-1])  # the largest power of two dividing the row
+        while n > 1:
+            runs = flat.reshape(flat.shape[0], -1, n)
+            if np.array_equal(runs - runs[:, :, :1], np.broadcast_to(np.arange(n), runs.shape)):
+                return n
+            n //= 2
+        return 1
+
     def __str__(self) -> str:
         return f"Layout({self.name}, {list(self.shape)} -> {self.physical_size} elements: {self.forward})"
 

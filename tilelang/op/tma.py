@@ -45,6 +45,9 @@ NAME = "tma_copy"
 _SWIZZLE_BYTES = {0: 0, 1: 32, 2: 64, 3: 128}  # CUtensorMapSwizzle value -> span in bytes
 _MAX_BOX = 256
 _TENSOR_MAP_TYPE = ir.PointerType(tirx.TensorMapType(), "global")  # what T.handle("tensormap") declares
+# `tile_of`'s reason for extents that are not constants (yet: `H1 - H0` of two bound values becomes
+# one only after parsing; `transform/fold_tile_extents.py` folds it and checks the user's copy then).
+DYNAMIC_EXTENTS = "the tile's extents are not constants"
 
 
 def make(src: base.Region, dst: base.Region, barrier, multicast: bool = False) -> tirx.Stmt:
@@ -105,7 +108,7 @@ def tile_of(src: base.Region, dst: base.Region, window: bool = False) -> Tile | 
         return "the tensor has explicit strides"
     extents = [const_int(e) for e in src.extents]
     if any(e is None for e in extents):
-        return "the tile's extents are not constants"
+        return DYNAMIC_EXTENTS
     nbytes = dtype_bits(str(g.dtype)) // 8
     if nbytes == 0:
         return "sub-byte element type"

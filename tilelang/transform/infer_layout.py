@@ -617,7 +617,9 @@ def _fragment_staging_tiles(body, fragments) -> dict:
     their rows allow. Row-major, the eight rows a warp stores from an accumulator layout share
     their banks when a row is a multiple of 128 bytes (8-way conflicts); swizzled they do not, and
     16-byte accesses stay whole. Tiles a tile op or a call reads whole (gemm operands, TMA, externs)
-    keep the layout those impose."""
+    keep the layout those impose, as do tiles read as vectors at this point (`T.atomic_addx4(dst,
+    acc_shared[i, d * 4])` hands a call four consecutive elements: a layout would have to map a
+    vector index, which the lowering does not do)."""
     staged, whole = [], []
 
     def on_store(st):
@@ -630,7 +632,11 @@ def _fragment_staging_tiles(body, fragments) -> dict:
         whole.extend(r.source for r in collect(call, ir.TensorRegion))
         whole.extend(a for a in call.args if base.is_buffer(a))
 
-    walk(body, [(tirx.BufferStore, on_store), (ir.Call, on_call)])
+    def on_load(ld):
+        if any(isinstance(i, tirx.Ramp) for i in ld.indices):
+            whole.append(ld.source)
+
+    walk(body, [(tirx.BufferStore, on_store), (ir.Call, on_call), (ir.TensorLoad, on_load)])
     out = {}
     for b in staged:
         static = all(isinstance(n, tirx.IntImm) for n in b.shape)

@@ -40,7 +40,7 @@ from tilelang.transform.infer_layout import (
     SHARED_LAYOUTS,
     THREAD_LOCAL,
 )
-from tilelang.utils.ir import extern_name, seq
+from tilelang.utils.ir import const_int, extern_name, seq
 
 
 class LowerContext:
@@ -229,8 +229,11 @@ def lower_tile_ops(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTION
         else_case = thread_branch.mark(ranges[1], new.else_case) if new.else_case is not None else None
         return tirx.IfThenElse(new.condition, then_case, else_case, span=stmt.span)
 
+    body = func.body
+    if SHARED_LAYOUTS in attrs:
+        body = _pointers_through_layouts(body, attrs[SHARED_LAYOUTS])
     body = mutate_with_scope(
-        func.body,
+        body,
         scope,
         {
             tirx.For: on_for,
@@ -252,6 +255,65 @@ def lower_tile_ops(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTION
         if func.attrs is not None and key in func.attrs:
             func = func.without_attr(key)
     return func
+
+
+def _pointers_through_layouts(body, layouts):
+    """The kernel's own pointers into laid-out shared tiles point where the layout puts their element.
+
+    `T.access_ptr(KV_s[r, c], "w", 8)` (a hand-written cp.async into a tile a wgmma reads) holds
+    the row-major offset of (r, c); the tile's layout moves that element (a swizzle permutes its
+    16-byte chunks, gmma panels move whole column blocks), as the public TileLang's lowering does
+    for the element it is given. The `extent` elements from there must stay consecutive in the
+    layout: an aligned part of one contiguous run (a 16-byte chunk). Runs before the tile ops lower,
+    so every pointer here is the kernel's own; a pointer at a tile's first element (an extern taking
+    the whole tile) stays, as that element stays in place.
+    """
+    table = {b: shared_layout_from_ir(v) for b, v in layouts.items()}
+    scope = Scope()  # the alignment is proved knowing the kernel's bindings and loop ranges
+    errors = []
+
+    def tile(data):  # the tile of a pointer's `S.data` (tirx.buffer_data(S)), if it has a layout
+        if isinstance(data, ir.Call) and isinstance(data.op, ir.Op) and data.op.name == "tirx.buffer_data":
+            return data.args[0] if data.args[0] in table else None
+        return None
+
+    def through_layout(call, span):
+        if not (isinstance(call.op, ir.Op) and call.op.name == "tirx.tvm_access_ptr") or tile(call.args[1]) is None:
+            return call
+        buf = tile(call.args[1])
+        layout = table[buf]
+        offset, extent = call.args[2], call.args[3]
+        if const_int(offset) == 0:
+            return call
+        n, run = const_int(extent), layout.contiguous_run()
+        if n is None or n > run or run % n or not scope.analyzer.can_prove(tirx.floormod(offset, n) == 0):
+            errors.append(
+                at_span(
+                    f"T.access_ptr into '{buf.name}': the tile is laid out for the gemm or TMA copy that "
+                    f"reads it, which keeps only aligned blocks of {run} elements consecutive; {extent} "
+                    f"elements at offset {offset} are not inside one, so no pointer addresses them. Access "
+                    f"at most {run} elements starting at a multiple of {run} (16 bytes of a swizzled tile)",
+                    span,
+                )
+            )
+            return call
+        indices, rest = [], offset
+        for size in reversed([int(d) for d in buf.shape]):
+            indices.append(tirx.floormod(rest, size))
+            rest = tirx.floordiv(rest, size)
+        physical = scope.analyzer.simplify(layout.map(indices[::-1]))
+        return ir.Call(call.op, [call.args[0], call.args[1], physical, extent, call.args[4]], ret_ty=call.ty)
+
+    def on_eval(stmt, recurse):
+        if not any(isinstance(c.op, ir.Op) and c.op.name == "tirx.tvm_access_ptr" for c in collect(stmt, ir.Call)):
+            return stmt
+        value = tvm_ffi.structural_map(stmt.value, [(ir.Call, lambda c: through_layout(c, stmt.span))], order="post")
+        return stmt if value.same_as(stmt.value) else tirx.Evaluate(value, span=stmt.span)
+
+    body = mutate_with_scope(body, scope, {tirx.Evaluate: on_eval})
+    if errors:
+        raise errors[0]
+    return body
 
 
 def _apply_shared_layouts(body, layouts):

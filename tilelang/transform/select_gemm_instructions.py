@@ -12,7 +12,13 @@ lowering (the template called) and the descriptor alignment check.
 A shared tile is stored in one layout, so every gemm reading it must read it in the same one: a
 tile read by a wgmma (in its panel layout) and by an mma.sync (in the template's swizzle), as in an
 attention backward whose dQ gemm has too few rows for wgmma, makes the wgmma gemms reading that tile
-mma.sync as well (and so on, until the gemms agree on every tile).
+mma.sync as well (and so on, until the gemms agree on every tile). Likewise a fragment holds one
+register layout, so gemms accumulating into the same fragment (`acc_p` += Q @ K^T, then += Q_tail @
+K_tail^T) must hold it alike: when their accumulator layouts differ (one became mma.sync through a
+shared tile, the other stayed wgmma), the wgmma ones become mma.sync too, whose accumulator layout
+depends only on C's shape, the policy and the threads, so the gemms then agree. (The public
+TileLang reads a shared tile in the same swizzle with either instruction, so it keeps both gemms on
+wgmma; here wgmma reads its panel layout and mma.sync its own swizzle.)
 
 It names `T.gemm` (`op/gemm/`): choosing a gemm's instruction is its whole purpose.
 
@@ -29,6 +35,7 @@ import logging
 import numpy as np
 from tvm import tirx
 
+from tilelang.errors import at_span
 from tilelang.layout import layout as sl
 from tilelang.op import gemm as gemm_op
 from tilelang.op.gemm import selection, wgmma
@@ -45,12 +52,30 @@ def select_gemm_instructions(func: tirx.PrimFunc, options: CompileOptions = DEFA
         out, gemms = _select(func, target, options, mma_only)
         conflicts = _gemms_disagreeing(gemms) - mma_only
         if not conflicts:
+            _check_wgmma_only(gemms, mma_only)
             return out
         mma_only |= conflicts
 
 
+def _check_wgmma_only(gemms, mma_only) -> None:
+    """`T.wgmma_gemm` runs on wgmma or not at all (as in the public TileLang)."""
+    for k, (g, _) in enumerate(gemms):
+        if g.wgmma_only and not isinstance(g.plan, wgmma.Plan):
+            why = (
+                "another gemm reads one of its shared tiles, or accumulates into its fragment, with mma.sync"
+                if k in mma_only
+                else "the target, dtypes, shape, threads or operands do not fit wgmma (TILELANG_LOG_LEVEL=DEBUG "
+                "logs which)"
+            )
+            raise at_span(
+                f"T.wgmma_gemm({g.a.name}, {g.b.name}, {g.c.name}) cannot run as wgmma here: {why}; use T.gemm, "
+                "which falls back to mma.sync",
+                g.span,
+            )
+
+
 def _select(func, target, options, mma_only):
-    """`func` with every gemm's plan recorded, and the parsed gemms in visiting order."""
+    """`func` with every gemm's plan recorded, and the parsed gemms with their threads in visiting order."""
     scope = Scope()
     gemms = []
     no_wgmma = options.replace(disable_wgmma=True)
@@ -60,16 +85,42 @@ def _select(func, target, options, mma_only):
             return stmt
         g = gemm_op.Gemm(stmt.value)
         chosen = no_wgmma if len(gemms) in mma_only else options
-        plan = selection.select(g, target, scope.thread_var()[1], chosen, stmt.span)
+        num_threads = scope.thread_var()[1]
+        plan = selection.select(g, target, num_threads, chosen, stmt.span)
         call = selection.record(stmt.value, plan)
-        gemms.append(gemm_op.Gemm(call))
+        gemms.append((gemm_op.Gemm(call, stmt.span), num_threads))
         return tirx.Evaluate(call, span=stmt.span)
 
     return func.with_body(mutate_with_scope(func.body, scope, {tirx.Evaluate: on_eval})), gemms
 
 
 def _gemms_disagreeing(gemms) -> set:
-    """Indices of the wgmma gemms reading a shared tile that another gemm reads in another layout."""
+    """Indices of the wgmma gemms that read a shared tile another gemm reads in another layout, or
+    accumulate into a fragment another gemm holds in another register layout."""
+    return _shared_tile_conflicts([g for g, _ in gemms]) | _accumulator_conflicts(gemms)
+
+
+def _accumulator_conflicts(gemms) -> set:
+    by_accumulator = {}  # fragment -> [(gemm index, its register layout)]
+    for k, (g, num_threads) in enumerate(gemms):
+        layout = gemm_op.layouts(g, num_threads, g.span)[g.c.buffer]
+        by_accumulator.setdefault(g.c.buffer, []).append((k, layout))
+    out = set()
+    for buffer, uses in by_accumulator.items():
+        if any(not uses[0][1].is_equivalent(layout) for _, layout in uses[1:]):
+            for k, _ in uses:
+                g = gemms[k][0]
+                if isinstance(g.plan, wgmma.Plan):
+                    logger.debug(
+                        "%s: mma.sync, not wgmma: another gemm accumulating into '%s' holds it in other registers",
+                        g.describe(),
+                        buffer.name,
+                    )
+                    out.add(k)
+    return out
+
+
+def _shared_tile_conflicts(gemms) -> set:
     readers = {}  # shared tile -> [(gemm index, layout)]
     for k, g in enumerate(gemms):
         layouts = gemm_op.shared_layouts(g)

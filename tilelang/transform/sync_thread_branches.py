@@ -28,6 +28,11 @@ TVM, which then places barriers inside it too, and unmarked afterwards. TVM's ba
 runs through `thread_sync`, which reports a barrier needed under any other condition as the user's
 mistake, at their `if`.
 
+With `tl.disable_thread_storage_sync` (as in TileLang: the kernel orders its shared memory itself
+with T.sync_threads), TVM's barrier insertion does not run, and `expose_thread_branches` puts no
+barriers around the branches either; the user's own block barriers inside a side still become
+named barriers over its threads.
+
 Requires: `lower_tile_ops` (the marks), shared memory merged. Guarantees: no `tl.thread_branch`
 attribute remains after `restore_thread_branches`.
 """
@@ -40,6 +45,7 @@ from tvm import ir, s_tir, tirx
 
 from tilelang import intrinsics
 from tilelang.errors import UserError, at_span
+from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform import barrier_ids
 from tilelang.utils.ir import const_int, is_block_barrier, seq, statements
 
@@ -207,8 +213,9 @@ def _block_uniform(body):
         varying_arrays |= bad
 
 
-def expose_thread_branches(func: tirx.PrimFunc) -> tirx.PrimFunc:
+def expose_thread_branches(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
     uniform = _block_uniform(func.body)
+    barriers = not options.disable_thread_storage_sync
 
     def on_if(node):
         if not (_is_mark(node.then_case) or _is_mark(node.else_case)):
@@ -229,7 +236,8 @@ def expose_thread_branches(func: tirx.PrimFunc) -> tirx.PrimFunc:
         # thread-dependent condition; a placeholder counts as one too).
         sides = [c for c in (node.then_case, node.else_case) if c is not None]
         flag = 1 if node.else_case is not None else 0
-        return seq([sync, tirx.AttrStmt(node.condition, _HIDDEN, flag, seq(sides)), sync])
+        hidden = tirx.AttrStmt(node.condition, _HIDDEN, flag, seq(sides))
+        return seq([sync, hidden, sync]) if barriers else hidden
 
     return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.IfThenElse, on_if)], order="post"))
 

@@ -1,10 +1,11 @@
 """The kernels of test_expose_to_merge.py on the GPU: a binding of a T.alloc_var at the kernel's top,
-a statement reading one tile while writing another (which must not share its bytes), and a one-element
-count merged beside a tile."""
+a statement reading one tile while writing another (which must not share its bytes), a one-element
+count merged beside a tile, and a tile loaded by TMA before a loop and read after it (the attention
+sink of the public DeepSeek-V4 sparse attention, which the reduce workspace used to overwrite)."""
 
 import pytest
 import torch
-from test_expose_to_merge import count_beside_a_tile, group_offset_then_tiles
+from test_expose_to_merge import count_beside_a_tile, group_offset_then_tiles, sink_after_loop
 
 import tilelang
 
@@ -23,3 +24,10 @@ def test_count_beside_a_tile():
     a = torch.randint(-9, 10, (128,), dtype=torch.int32, device="cuda")
     b = tilelang.compile(count_beside_a_tile, out_idx=[-1])(a)
     torch.testing.assert_close(b, a.flip(0) + int(a[0]) % 8)
+
+
+def test_sink_after_loop_keeps_its_values():
+    x = torch.rand(4, 1024, device="cuda")
+    sk = torch.randn(64, device="cuda").half()
+    y = tilelang.compile(sink_after_loop, out_idx=[-1], target="sm_90a")(x, sk)
+    torch.testing.assert_close(y, x.amax(dim=1) + sk[:4].float())

@@ -7,6 +7,7 @@ from tvm import tirx
 
 import tilelang
 import tilelang.language as T
+from tilelang.codegen import cuda
 from tilelang.errors import UserError
 from tilelang.layout import fragment as fl
 from tilelang.layout import layout as sl
@@ -377,3 +378,32 @@ def test_a_tile_written_from_a_fragment_is_swizzled():
     assert np.array_equal(offsets(layouts["staged"]), offsets(sl.swizzle((128, 128), 16, 3)))
     assert np.array_equal(offsets(layouts["pinned"]), offsets(sl.linear((128, 128))))
     assert "plain" not in layouts
+
+
+def _staged_then_added_in_quads():
+    """acc staged in shared memory, then added into global memory four floats at a time
+    (T.atomic_addx4 reads S[i, j * 4 .. j * 4 + 3] as one vector)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((32, 128), "float32"), G: T.Tensor((32, 128), "float32")):
+        with T.Kernel(1, threads=128):
+            acc = T.alloc_fragment((32, 128), "float32")
+            S = T.alloc_shared((32, 128), "float32")
+            T.copy(A, acc)
+            for i, j in T.Parallel(32, 128):
+                S[i, j] = acc[i, j] * 2.0
+            for i, j in T.Parallel(32, 32):
+                T.atomic_addx4(G[i, j * 4], S[i, j * 4])
+
+    return main
+
+
+def test_a_staged_tile_read_as_vectors_stays_row_major():
+    # Swizzled, the quad's index was a vector expression through the swizzle, which TVM's simplifier
+    # stopped on ("IntImm can only take scalar, but int32x4 was supplied"; the public MLA backward's
+    # dKV accumulation).
+    func = infer_layout(_prepare(_staged_then_added_in_quads()))
+    assert SHARED_LAYOUTS not in func.attrs or "S" not in _shared_layouts(func)
+    for arch in ("sm_80", "sm_90a"):
+        k = tilelang.compile(_staged_then_added_in_quads(), target=arch)
+        cuda.compile_object(k.get_kernel_source(), k.target, host_src=k.host_source)

@@ -239,3 +239,95 @@ def test_loop_over_a_dynamic_extent_cannot_touch_a_fragment():
     text = str(info.value)
     assert "T.Parallel loop of shape [m] has a dynamic extent" in text and "fragment 'f'" in text
     assert "for i in T.Parallel(M):" in text
+
+
+def _hand_written_cp_async(shift=0):
+    """Each of 128 threads copies 16-byte chunks of B into a tile laid out in wgmma's 128-byte
+    panels, with its own cp.async (as the public sparse MLA kernels load the rows they gather);
+    with `shift`, chunks that many elements to the right (off the tile's 16-byte chunks)."""
+    elems = 8
+    from tilelang.layout import layout as sl
+
+    @T.prim_func
+    def before(B: T.Tensor((64, 128), "float16")):
+        with T.Kernel(1, threads=128):
+            tx = T.get_thread_binding()
+            s = T.alloc_shared((64, 128), "float16")
+            T.annotate_layout({s: sl.gmma_panels((64, 128), 16, 3)})
+            for r in T.serial(64 * 128 // (128 * elems)):
+                row = (r * 128 + tx) * elems // 128
+                col = (r * 128 + tx) * elems % 128
+                T.ptx_cp_async(T.access_ptr(s[row, col + shift], "w", elems), T.access_ptr(B[row, col], "r", elems), 8)
+            T.ptx_commit_group()
+            T.ptx_wait_group(0)
+
+    return before
+
+
+def test_a_hand_written_pointer_into_a_laid_out_tile_points_where_the_layout_puts_its_element():
+    import numpy as np
+    from tvm import ir, tirx
+
+    from tilelang.layout import layout as sl
+    from tilelang.layout.evaluate import evaluate
+    from tilelang.utils.ir import collect
+
+    after = _run(_hand_written_cp_async())
+    ptrs = [c for c in collect(after.body, ir.Call) if isinstance(c.op, ir.Op) and c.op.name == "tirx.tvm_access_ptr"]
+    dst = [p for p in ptrs if p.args[1].args[0].name == "s"]
+    assert len(dst) == 1
+    (r,) = [f.loop_var for f in collect(after.body, tirx.For)]
+    threads = [a for a in collect(after.body, tirx.AttrStmt) if a.attr_key == "thread_extent"]
+    (tx,) = [a.node.var for a in threads if a.node.thread_tag == "threadIdx.x"]
+    rs, txs = np.meshgrid(np.arange(8), np.arange(128), indexing="ij")
+    got = evaluate(dst[0].args[2], {r: rs, tx: txs})
+    flat = (rs * 128 + txs) * 8
+    panels = sl.gmma_panels((64, 128), 16, 3)
+    want = evaluate(panels.forward, {panels.vars[0]: flat // 128, panels.vars[1]: flat % 128})
+    assert np.array_equal(got, want)  # before: the row-major offset, flat
+
+
+def test_a_pointer_across_the_layouts_contiguous_runs_is_an_error_at_the_users_line():
+    # 8 fp16 elements from column 8k + 4 are halves of two 16-byte chunks, which the swizzle moves apart.
+    with pytest.raises(UserError) as err:
+        _run(_hand_written_cp_async(shift=4))
+    msg = str(err.value)
+    assert "T.access_ptr into 's'" in msg and "at most 8 elements starting at a multiple of 8" in msg
+    assert 'T.ptx_cp_async(T.access_ptr(s[row, col + shift], "w", elems)' in msg
+
+
+def cp_async_into_a_wgmma_operand():
+    """C = A @ B, B's tile loaded by each thread's own cp.async (16 bytes each), read by the gemm
+    (wgmma on sm_90a: its 128-byte panels; mma.sync on sm_80: its swizzle)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 128), "float16"), C: T.Tensor((64, 128), "float32")):
+        with T.Kernel(1, threads=128):
+            tx = T.get_thread_binding()
+            A_s = T.alloc_shared((64, 64), "float16")
+            B_s = T.alloc_shared((64, 128), "float16")
+            C_f = T.alloc_fragment((64, 128), "float32")
+            T.copy(A, A_s)
+            for r in T.serial(8):
+                row = r * 8 + tx // 16
+                col = tx % 16 * 8
+                T.ptx_cp_async(T.access_ptr(B_s[row, col], "w", 8), T.access_ptr(B[row, col], "r", 8), 8)
+            T.ptx_commit_group()
+            T.ptx_wait_group(0)
+            T.sync_threads()
+            T.gemm(A_s, B_s, C_f, clear_accum=True)
+            T.copy(C_f, C)
+
+    return main
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_cp_async_into_a_gemm_operand_compiles(arch):
+    import tilelang
+    from tilelang.codegen import cuda
+
+    k = tilelang.compile(cp_async_into_a_wgmma_operand(), out_idx=[2], target=arch)
+    src = k.get_kernel_source()
+    assert ("tl::wgmma_ss<" in src) == (arch == "sm_90a")
+    assert "tl::cp_async<16>" in src and "^" in src[src.index("tl::cp_async<16>") :].split(";")[0]  # swizzled
+    cuda.compile_object(src, k.target, host_src=k.host_source)

@@ -1,6 +1,8 @@
 """select_gemm_instructions: each T.gemm's instruction and plan, decided from the target, the threads
 of its scope and tl.disable_wgmma, recorded on the call; the errors it reports at the user's gemm."""
 
+import re
+
 import pytest
 import tvm_ffi
 from ir_testing import assert_ir_equal
@@ -8,6 +10,7 @@ from tvm import tirx
 
 import tilelang
 import tilelang.language as T
+from tilelang.codegen import cuda
 from tilelang.errors import UserError
 from tilelang.op import gemm as gemm_op
 from tilelang.op.gemm import mma, selection, wgmma
@@ -129,3 +132,66 @@ def test_a_tile_two_gemms_read_is_loaded_in_the_layout_they_read():
     # layout is not one the TMA unit writes".) dS_s, read by one gemm only, is still a TMA load.
     src = tilelang.compile(_tile_read_by_two_gemms(), target="sm_90a").get_kernel_source()
     assert "tl::tma_load(K_tma" not in src and "tl::tma_load(dS_tma" in src and "wgmma" not in src
+
+
+def _accumulator_of_two_gemms():
+    """P = Q K^T + Qt Kt^T (two gemms into one fragment, as an MLA backward's scores over the main
+    and the rope dimensions), and dK = P_s^T Q, a 32-row gemm reading Q_s: with 32 rows it is
+    mma.sync, so Q_s is read in the mma.sync swizzle and the first gemm is mma.sync too; the second
+    gemm alone would be wgmma, whose accumulator registers differ."""
+
+    @T.prim_func
+    def main(
+        Q: T.Tensor((64, 128), "float16"),
+        K: T.Tensor((32, 128), "float16"),
+        Qt: T.Tensor((64, 64), "float16"),
+        Kt: T.Tensor((32, 64), "float16"),
+        P: T.Tensor((64, 32), "float32"),
+        dK: T.Tensor((32, 128), "float32"),
+    ):
+        with T.Kernel(1, threads=256):
+            Q_s = T.alloc_shared((64, 128), "float16")
+            K_s = T.alloc_shared((32, 128), "float16")
+            Qt_s = T.alloc_shared((64, 64), "float16")
+            Kt_s = T.alloc_shared((32, 64), "float16")
+            P_s = T.alloc_shared((64, 32), "float16")
+            P_f = T.alloc_fragment((64, 32), "float32")
+            dK_f = T.alloc_fragment((32, 128), "float32")
+            T.copy(Q, Q_s)
+            T.copy(K, K_s)
+            T.copy(Qt, Qt_s)
+            T.copy(Kt, Kt_s)
+            T.clear(P_f)
+            T.gemm(Q_s, K_s, P_f, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
+            T.gemm(Qt_s, Kt_s, P_f, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
+            T.copy(P_f, P)
+            T.copy(P_f, P_s)
+            T.gemm(P_s, Q_s, dK_f, transpose_A=True, policy=T.GemmWarpPolicy.FullCol, clear_accum=True)
+            T.copy(dK_f, dK)
+
+    return main
+
+
+def test_gemms_into_one_accumulator_agree_on_its_registers():
+    # Before, the second gemm stayed wgmma and layout inference refused P_f ("used by two operations
+    # that need different layouts"). Now both are mma.sync with the same warps (2 x 4 over 64 x 32).
+    plans = _plans(select_gemm_instructions(_on(_accumulator_of_two_gemms(), "sm_90a")))
+    assert plans == [mma.Plan(2, 4, 16), mma.Plan(2, 4, 16), mma.Plan(1, 8, 16)]
+    k = tilelang.compile(_accumulator_of_two_gemms(), target="sm_90a")
+    src = k.get_kernel_source()
+    calls = re.findall(r"tl::gemm_ss<(\d+), (\d+), (\d+), (\d+), (\d+),[^>]*>\([^;]*P_f_local", src)
+    assert [c[3:] for c in calls] == [("2", "4"), ("2", "4")]
+    cuda.compile_object(src, k.target, host_src=k.host_source)
+
+
+def test_gemms_into_one_accumulator_stay_wgmma_when_nothing_forces_mma():
+    # Without the 32-row gemm both score gemms are wgmma (two warpgroups along N, 16 columns each)
+    # with one plan, so they agree on P_f: nothing changes.
+    func = _accumulator_of_two_gemms()
+
+    def drop_dk(stmt):
+        return tirx.Evaluate(0) if gemm_op.is_gemm(stmt) and gemm_op.Gemm(stmt.value).c.buffer.name == "dK_f" else stmt
+
+    func = func.with_body(tvm_ffi.structural_map(func.body, [(tirx.Evaluate, drop_dk)]))
+    plans = _plans(select_gemm_instructions(_on(func, "sm_90a")))
+    assert [(p.wg_m, p.wg_n) for p in plans] == [(1, 2), (1, 2)] and all(isinstance(p, wgmma.Plan) for p in plans)

@@ -24,3 +24,16 @@ def test_two_gemms_reading_one_tile(rows_dq):
     s, dq = tilelang.compile(_tile_read_by_two_gemms(rows_dq), out_idx=[3, 4])(k, q, ds)
     torch.testing.assert_close(s, k.float() @ q.float().T, rtol=1e-2, atol=1e-2)
     torch.testing.assert_close(dq, ds.float().T @ k.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_two_gemms_into_one_accumulator():
+    # test_select_gemm_instructions.py's kernel: P = Q K^T + Qt Kt^T by two mma.sync gemms with the
+    # same warps (one of them would be wgmma alone), and dK = P^T Q from P staged in shared memory.
+    from test_select_gemm_instructions import _accumulator_of_two_gemms
+
+    q, qt = (torch.randn(64, d, device="cuda", dtype=torch.float16) for d in (128, 64))
+    k, kt = (torch.randn(32, d, device="cuda", dtype=torch.float16) for d in (128, 64))
+    p, dk = tilelang.compile(_accumulator_of_two_gemms(), out_idx=[4, 5])(q, k, qt, kt)
+    p_ref = q.float() @ k.float().T + qt.float() @ kt.float().T
+    torch.testing.assert_close(p, p_ref, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(dk, p_ref.half().float().T @ q.float(), rtol=2e-2, atol=2e-1)

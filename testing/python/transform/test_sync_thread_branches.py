@@ -451,3 +451,72 @@ def test_block_uniform_condition_on_gpu():
     kernel = tilelang.compile(tiles_in_turn(), out_idx=[1])
     a = torch.randn(5 * 64, 64, device="cuda")
     torch.testing.assert_close(kernel(a), a.view(5, 64, 64).transpose(1, 2).reshape(5 * 64, 64))
+
+
+NO_STORAGE_SYNC = {"tl.disable_thread_storage_sync": True}
+
+
+def prefix_sums(threads=256, width=128):
+    """Inclusive prefix sums of A (width values, none of them -1000) by the first `width` threads,
+    doubling the offset each step, synchronized only by the kernel's own barriers (named ones inside
+    the branch, as the public top-k selector does); every thread then reads a sum another thread
+    wrote. The steps run under a condition that reads A at the thread's index (as the selector's
+    conditions read its input): the compiler cannot know that every thread takes it."""
+
+    @T.prim_func
+    def main(A: T.Tensor((width,), "int32"), B: T.Tensor((threads,), "int32")):
+        with T.Kernel(1, threads=threads):
+            tx = T.get_thread_binding()
+            h = T.alloc_shared((width,), "int32")
+            v = T.alloc_var("int32")
+            if tx < width:
+                if A[tx] != -1000:
+                    h[tx] = A[tx]
+                    for i in T.serial(7):
+                        T.sync_threads(3, width)
+                        if tx >= (1 << i):
+                            v = h[tx] + h[tx - (1 << i)]
+                        T.sync_threads(3, width)
+                        if tx >= (1 << i):
+                            h[tx] = v
+            T.sync_threads()
+            B[tx] = h[width - 1 - tx % width]
+
+    return main
+
+
+def test_without_storage_sync_only_the_kernels_barriers_remain():
+    # Barrier insertion sees h written and read by other threads inside `if tx < 128` and refuses.
+    with pytest.raises(UserError, match="inside an `if` whose condition may differ between the threads"):
+        tilelang.compile(prefix_sums(), out_idx=[1], target="sm_90a")
+    # With tl.disable_thread_storage_sync no barrier is inserted, as in TileLang: the kernel's own
+    # two named barriers (in the loop) and one block barrier, in its order.
+    for target in ("sm_80", "sm_90a"):
+        kernel = tilelang.compile(prefix_sums(), out_idx=[1], target=target, pass_configs=NO_STORAGE_SYNC)
+        src = kernel.get_kernel_source()
+        body = src[src.index("__global__") :]
+        assert _barriers(body) == ["tl::named_barrier_sync<3, 128>()"] * 2 + ["__syncthreads()"]
+        cuda.compile_object(src, kernel.target)
+
+
+def test_without_storage_sync_a_needed_barrier_is_not_inserted():
+    @T.prim_func
+    def main(A: T.Tensor((128,), "float32"), B: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128):
+            tx = T.get_thread_binding()
+            S = T.alloc_shared((128,), "float32")
+            S[tx] = A[tx]
+            B[tx] = S[127 - tx]
+
+    assert _barriers(tilelang.compile(main, target="sm_80").get_kernel_source()) == ["__syncthreads()"]
+    src = tilelang.compile(main, target="sm_80", pass_configs=NO_STORAGE_SYNC).get_kernel_source()
+    assert _barriers(src) == []
+
+
+@pytest.mark.gpu
+def test_prefix_sums_without_storage_sync_on_gpu():
+    kernel = tilelang.compile(prefix_sums(), out_idx=[1], pass_configs=NO_STORAGE_SYNC)
+    a = torch.randint(-100, 100, (128,), device="cuda", dtype=torch.int32)
+    sums = torch.cumsum(a, 0).to(torch.int32)
+    expect = sums.flip(0).repeat(2)
+    torch.testing.assert_close(kernel(a), expect)

@@ -26,7 +26,7 @@ from tilelang.op.gemm.policy import GemmWarpPolicy
 from tilelang.utils.ir import i32 as _c
 
 NAME = "gemm"
-__all__ = ["gemm", "wait_wgmma", "GemmWarpPolicy"]
+__all__ = ["gemm", "wgmma_gemm", "wait_wgmma", "GemmWarpPolicy"]
 
 
 def gemm(
@@ -113,6 +113,25 @@ def gemm(
     return base.make_call(NAME, args)
 
 
+def wgmma_gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square, clear_accum=False):
+    """C += A @ B on Hopper's wgmma, issued without waiting for it (the public TileLang's explicit
+    form): `T.gemm(..., wg_wait=-1)` that must run as wgmma. C may be read, and A and B written,
+    only after `T.wait_wgmma`.
+
+    Errors: the UserErrors of T.gemm, and (when compiled) one at this line where the gemm cannot
+    run as wgmma (a target before sm_90a, dtypes, shapes or warpgroups wgmma does not take, or a
+    shared operand another gemm reads with mma.sync): use T.gemm there.
+
+    Example:
+        T.wgmma_gemm(Q_shared, K_shared, acc_s, transpose_B=True)
+        T.wgmma_gemm(Q_tail_shared, K_tail_shared, acc_s, transpose_B=True)
+        T.wait_wgmma(0)
+    """
+    call = gemm(A, B, C, transpose_A, transpose_B, policy, clear_accum, wg_wait=-1)
+    # async_operands (set later by the pipeline planner) 0, wgmma_only 1.
+    return base.make_call(NAME, list(call.args) + [tirx.const(0, "int32"), tirx.const(1, "int32")])
+
+
 def wait_wgmma(pending: int = 0):
     """Wait until at most `pending` of this thread's asynchronous wgmma gemms (issued with
     `wg_wait=-1`) are still running; their accumulators may be read after it.
@@ -150,6 +169,8 @@ class Gemm(base.TileOp):
         # Set by the pipeline planner when both operands are written only by TMA (async proxy),
         # so the wgmma needs no proxy fence before reading them.
         self.async_operands = bool(int(call.args[8].value)) if len(call.args) > 8 else False
+        # T.wgmma_gemm: an error, not mma.sync, where wgmma does not apply.
+        self.wgmma_only = bool(int(call.args[9].value)) if len(call.args) > 9 else False
         # The instruction and its plan (mma.Plan or wgmma.Plan) `select_gemm_instructions` recorded
         # on the call; None before it runs.
         self.plan = selection.recorded(call)
@@ -188,7 +209,7 @@ class Gemm(base.TileOp):
         return base.Mma(self.c, a_regs, shared, on_wgmma, self.wg_wait, self.clear, rows)
 
     def with_wait(self, pending: int, async_operands: bool):
-        own = list(self.call.args[:7]) + [_c(pending), _c(int(async_operands))]
+        own = list(self.call.args[:7]) + [_c(pending), _c(int(async_operands)), _c(int(self.wgmma_only))]
         return selection.with_own_args(self.call, own)
 
     def with_clear(self, clear):

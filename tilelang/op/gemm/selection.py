@@ -3,7 +3,7 @@
 `transform/select_gemm_instructions.py` calls `select` for every gemm, from the target, the
 threads of the gemm's scope and `CompileOptions.disable_wgmma`, and `record`s the result as
 integer arguments of the `tl.gemm` call, after its own (a, b, c, trans_a, trans_b, policy, clear,
-wg_wait, async_operands):
+wg_wait, async_operands, wgmma_only; the last 1 for `T.wgmma_gemm`, which must not fall back):
 
     mma.sync:  1, warp_m, warp_n, k              (the warps tiling C, the instruction's K)
     wgmma:     2, wg_m, wg_n, swz_a, swz_b       (the warpgroups tiling C, the operands' panel swizzles)
@@ -20,7 +20,7 @@ from tilelang.errors import UserError, at_span
 from tilelang.op.gemm import instructions, mma, wgmma
 
 MMA, WGMMA = 1, 2
-_OWN_ARGS = 9  # a, b, c, trans_a, trans_b, policy, clear, wg_wait, async_operands
+_OWN_ARGS = 10  # a, b, c, trans_a, trans_b, policy, clear, wg_wait, async_operands, wgmma_only
 
 
 def select(g, target, num_threads: int, options=None, span=None):
@@ -48,7 +48,7 @@ def select(g, target, num_threads: int, options=None, span=None):
 def record(call: ir.Call, plan) -> ir.Call:
     """`call` (a tl.gemm) with `plan` recorded in place of any earlier record."""
     args = list(call.args[:_OWN_ARGS])
-    if len(args) < _OWN_ARGS:  # no async_operands yet: the pipeline planner sets it
+    while len(args) < _OWN_ARGS:  # no async_operands yet (the pipeline planner sets it); T.gemm's wgmma_only 0
         args.append(tirx.const(0, "int32"))
     if isinstance(plan, wgmma.Plan):
         values = [WGMMA, plan.wg_m, plan.wg_n, plan.swz_a, plan.swz_b]
