@@ -62,7 +62,9 @@ class Scope:
             self.analyzer.bind(iv.var, ir.Range.from_min_extent(0, stmt.value))
             self.threads[iv.thread_tag] = (iv.var, stmt.value)
         elif isinstance(stmt, tirx.Bind) and not isinstance(stmt.var.ty, ir.PointerType):
-            self.analyzer.bind(stmt.var, stmt.value)  # (handles, e.g. TMA descriptors, have no value range)
+            # (Handles, e.g. TMA descriptors, have no value range.) A binding the pipelines copied into a
+            # prologue and the loop holds a different value in each: the latest one holds here.
+            self.analyzer.bind(stmt.var, stmt.value, allow_override=True)
 
     def provably(self, lower, expr, upper) -> bool:
         """Whether `lower <= expr < upper` holds (either bound may be None), given the scope's facts."""

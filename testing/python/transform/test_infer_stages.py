@@ -40,7 +40,15 @@ def _attention(variant="plain"):
                 if variant == "prefix reads O":
                     for i in T.Parallel(128):
                         m_prev[i] = O_f[i, 0]
-                T.gemm(Q_s, K_s, S, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+                if variant == "causal mask with names":
+                    for i, j in T.Parallel(128, 64):
+                        q_idx = i + 256
+                        k_idx = k * 64 + j
+                        S[i, j] = T.if_then_else(q_idx >= k_idx, 0, -T.infinity("float"))
+                T.gemm(
+                    Q_s, K_s, S, transpose_B=True, clear_accum=(variant != "causal mask with names"),
+                    policy=T.GemmWarpPolicy.FullRow,
+                )
                 if variant != "prefix reads O":
                     T.copy(m, m_prev)
                 T.reduce_max(S, m, dim=1, clear=False)
@@ -107,4 +115,13 @@ def test_the_split_attention_loop_compiles_to_the_annotated_schedule():
     # without a wait; the softmax waits for Q·Kᵀ only.
     assert loop.index("tl::wgmma_ss") < loop.index("tl::wgmma_rs") < loop.index("tl::wgmma_wait<1>();")
     assert "V_s_full_ptr[((i + 1) & 1)]" in loop
+    cuda.compile_object(src, k.target)
+
+
+def test_names_bound_in_a_split_statement_are_bound_once_each():
+    # The mask (with its names) runs in the prologue and in the loop: each copy binds its own
+    # variables (TVM's simplifier stopped on one variable bound to two ranges).
+    k = tilelang.compile(_attention("causal mask with names"), out_idx=[3], target="sm_90a")
+    src = k.get_kernel_source()
+    assert "tl::wgmma_wait<1>();" in src
     cuda.compile_object(src, k.target)

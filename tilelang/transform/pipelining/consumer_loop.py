@@ -28,7 +28,8 @@ from tilelang.op import base
 from tilelang.transform.pipelining import marks
 from tilelang.transform.pipelining.marks import barrier  # noqa: F401  (lower_tma_copies uses it)
 from tilelang.transform.pipelining.wgmma_waits import mma_of
-from tilelang.utils.ir import seq
+from tilelang.layout.fragment import substitute
+from tilelang.utils.ir import collect, seq
 
 if TYPE_CHECKING:
     from tilelang.transform.pipelining.checks import Kernel
@@ -65,9 +66,9 @@ def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel: K
     parts = [tirx.For(i, depth, n - depth, tirx.ForKind.SERIAL, seq(body), span=loop.span)]
     if depth:
         zero = tirx.const(0, "int32")
-        pro = marked(consumer_items(zero, stage_filter=0))
+        pro = [_fresh_bindings(st) for st in marked(consumer_items(zero, stage_filter=0))]
         pro += [release(e, zero, marks.ON_TIME) for e in empties if e.depth == 0]
-        epi = marked(consumer_items(n, stage_filter=1))
+        epi = [_fresh_bindings(st) for st in marked(consumer_items(n, stage_filter=1))]
         parts = [tirx.IfThenElse(n > 0, seq(pro), None)] + parts + [tirx.IfThenElse(n > 0, seq(epi), None)]
     if runs is not None:
         # The iterations the run has not freed: the last e.depth (read by later stages), one more
@@ -77,6 +78,16 @@ def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel: K
                 when = marks.LATE if j == e.depth + 1 else marks.ALWAYS
                 parts.append(tirx.IfThenElse(n - j >= 0, release(e, n - j, when), None))
     return seq(parts)
+
+
+def _fresh_bindings(stmt):
+    """`stmt` with a new variable for each name bound inside it (`q_idx = bx * 128 + i` in a
+    T.Parallel body): the prologue and the epilogue repeat statements of the loop body, and TVM's
+    passes need each variable bound once (its simplifier stops on one bound to two ranges)."""
+    bound = [b.var for b in collect(stmt, tirx.Bind)]
+    if not bound:
+        return stmt
+    return substitute(stmt, {v: tirx.Var(v.name, v.ty) for v in bound})
 
 
 def mma_flags(stmt, tiles, wait: int | None = None):
