@@ -14,6 +14,9 @@ After:   for i in range(2): if i < n: copy_async(A[i], A_s[i % 3]);  commit
              gemm(A_s[k % 3], ...)
          wait(0)
 
+A loop from `start` (`T.Pipelined(start, stop)`) does the same with its iterations counted from there:
+the prologue issues iterations start .. start + s - 2, the body k + s - 1 while it is below stop.
+
 The barrier after the wait also orders every thread's reads of buffer (k - 1) % 3 in iteration k - 1
 before the copies that overwrite it in iteration k.
 
@@ -40,7 +43,7 @@ def _as_async(stmt):
 
 def _build(loop, stages: int, plan, versions: dict):
     producers, ordered = plan.producers, plan.ordered
-    k, n = loop.loop_var, loop.extent
+    k, n, start = loop.loop_var, loop.extent, loop.min
     s = tirx.const(stages, "int32")
 
     def produce(p, i):
@@ -52,7 +55,9 @@ def _build(loop, stages: int, plan, versions: dict):
         0,
         stages - 1,
         tirx.ForKind.UNROLLED,
-        seq([tirx.IfThenElse(i < n, seq([produce(p, i) for p in producers]), None), extern("tl::cp_async_commit")]),
+        seq(
+            [tirx.IfThenElse(i < n, seq([produce(p, start + i) for p in producers]), None), extern("tl::cp_async_commit")]
+        ),
     )
     ahead = k + (stages - 1)
     body = [intrinsics.CP_ASYNC_WAIT.stmt({"pending": stages - 2}), extern("__syncthreads")]
@@ -65,7 +70,7 @@ def _build(loop, stages: int, plan, versions: dict):
         else:
             body.append(versioned(st, versions, tirx.floormod(k, s)))
         if run and (j + 1 == len(ordered) or not is_producer[j + 1]):
-            body.append(tirx.IfThenElse(ahead < n, seq(run), None))
+            body.append(tirx.IfThenElse(ahead < start + n, seq(run), None))
             run = []
         if j == last_producer:
             body.append(extern("tl::cp_async_commit"))

@@ -5,6 +5,7 @@ import pytest
 import tvm_ffi
 from tvm import tirx
 
+import tilelang
 import tilelang.language as T
 from tilelang import intrinsics
 from tilelang.op import base
@@ -231,3 +232,30 @@ def test_a_producer_stage_holds_only_global_to_shared_copies():
 
     with pytest.raises(Exception, match="statements in the producer stage must be copies from global to shared"):
         pipeline_loops(main)
+
+
+def _from_start(stages=3):
+    """Tiles start .. 8 of A summed into C: a loop from a start the block computes (a causal backward's
+    first key block)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((256, 64), "float16"), C: T.Tensor((4, 32, 64), "float32")):
+        with T.Kernel(4, threads=128) as bx:
+            A_s = T.alloc_shared((32, 64), "float16")
+            C_f = T.alloc_fragment((32, 64), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(bx * 2, 8, num_stages=stages):
+                T.copy(A[k * 32, 0], A_s)
+                for i, j in T.Parallel(32, 64):
+                    C_f[i, j] += A_s[i, j]
+            T.copy(C_f, C[bx, 0, 0])
+
+    return main
+
+
+def test_a_loop_from_a_start_counts_its_iterations_from_there():
+    src = tilelang.compile(_from_start(), out_idx=[1], target="sm_80").get_kernel_source()
+    # The prologue issues iterations start and start + 1 (rows bx * 64 ...), the body k + 2 while
+    # it is below the stop (before, the prologue issued 0 and 1 and the body stopped start early).
+    assert "(((int)blockIdx.x) * 4096)" in src.split("for (int k")[0]
+    assert "if (k < 6) {" in src

@@ -1,0 +1,19 @@
+"""A cp.async pipeline over a loop from a computed start sums the right tiles on the GPU
+(test_inject_cp_async_pipelines.py's kernel, against torch)."""
+
+import pytest
+import torch
+from test_inject_cp_async_pipelines import _from_start
+
+import tilelang
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_loop_from_a_start(stages):
+    a = torch.randn(256, 64, device="cuda", dtype=torch.float16)
+    kernel = tilelang.compile(_from_start(stages), out_idx=[1], pass_configs={"tl.disable_tma_lower": True})
+    tiles = a.float().view(8, 32, 64)
+    want = torch.stack([tiles[b * 2 :].sum(0) for b in range(4)])
+    torch.testing.assert_close(kernel(a), want, rtol=1e-3, atol=1e-3)
