@@ -26,7 +26,7 @@ import time
 import tvm_ffi
 
 from tilelang import env
-from tilelang.codegen import register_counts, templates, vectors, workspace
+from tilelang.codegen import fp8_arith, register_counts, templates, vectors, workspace
 from tilelang.utils.target import arch_of
 
 _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
@@ -96,6 +96,7 @@ def _generated_source(lowered) -> str:
     vectors.refuse_sub_byte_buffers(lowered.device_mod)
     # Intrinsics become the template calls they stand for (`templates.py`), just before TVM's codegen.
     device_mod, kernels = templates.spell(lowered.device_mod)
+    device_mod = fp8_arith.compute_in_float32(device_mod)  # CUDA has no fp8 operators
     device_mod = vectors.spell(device_mod)  # fp8 vector casts and broadcasts TVM would print wrong
     with _source_only():
         code = _build_utils.codegen_build(device_mod, lowered.target).inspect_source("cuda")
