@@ -1,6 +1,7 @@
 """Two gemms reading one shared tile (test_select_gemm_instructions.py's kernel: a 128-row gemm and
 a 32-row one, as an attention backward's S = K Q^T and dQ = dS^T K) compute the right numbers on the
-GPU: they read the tile in the one layout it is stored in."""
+GPU: they read the tile in the one layout it is stored in. (On the H200 this was a wrong answer
+until expose_to_merge made the shared-memory merge see TMA destinations: Q_s and dS_s shared bytes.)"""
 
 import pytest
 import torch
@@ -11,11 +12,6 @@ import tilelang
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known wrong answer on the H200 (2026-12-02, 99.6% of elements): two gemms reading one shared "
-    "tile after select_gemm_instructions moves the wgmma one to mma.sync; not yet investigated",
-)
 @pytest.mark.parametrize("rows_dq", [32, 64])
 def test_two_gemms_reading_one_tile(rows_dq):
     k = torch.randn(128, 128, device="cuda", dtype=torch.float16)
