@@ -45,6 +45,7 @@ from tilelang.transform.place_wgmma_waits import place_wgmma_waits
 from tilelang.transform.plan_pipelines import plan_pipelines
 from tilelang.transform.rasterize_blocks import rasterize_blocks
 from tilelang.transform.relax_role_barriers import relax_role_barriers
+from tilelang.transform.retype_access_ptrs import retype_access_ptrs
 from tilelang.transform.select_gemm_instructions import select_gemm_instructions
 from tilelang.transform.set_register_budgets import set_register_budgets
 from tilelang.transform.specialize_uniform_masks import specialize_uniform_masks
@@ -152,6 +153,9 @@ def _tvm_passes(options: CompileOptions, target):
         # per lane in the generated code.
         *([] if options.precise_exp2 else [("use_fast_exp2", _apply_to_funcs(use_fast_exp2))]),
         ("storage_rewrite", tirx.transform.StorageRewrite()),
+        # StorageRewrite lets tiles of different element types share an allocation but points a
+        # tile's tvm_access_ptr at the shared one, of the other type: each gets a view of its own.
+        ("retype_access_ptrs", _apply_to_funcs(retype_access_ptrs)),
         ("unroll_loop", tirx.transform.UnrollLoop()),
         ("stmt_simplify_2", tirx.transform.StmtSimplify()),
         ("remove_no_op", tirx.transform.RemoveNoOp()),
