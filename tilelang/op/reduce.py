@@ -9,12 +9,15 @@ Lowering (fragments): each thread folds the elements it holds into one partial p
 are combined across the row's threads with butterfly warp shuffles (`__shfl_xor_sync`) for digit
 ranges inside a warp, and through a shared-memory workspace for ranges that span warps; with
 `clear=False` the result is then combined with what `dst` held. Shared-memory tiles: one thread
-per output element folds its row.
+per output element folds its row. A fragment and a shared tile: the shared side is copied through a
+fragment of its own when the kernel is traced (`_through_fragment`), as TileLang does.
 """
 
 from __future__ import annotations
 
 from tvm import ir, tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as _tb
 
 from tilelang.errors import UserError
 from tilelang.layout import fragment as fl
@@ -26,6 +29,7 @@ from tilelang.utils.ir import seq
 NAME = "reduce"
 __all__ = ["reduce", "reduce_max", "reduce_min", "reduce_sum", "reduce_abssum", "reduce_absmax"]
 KINDS = ("max", "min", "sum", "abssum", "absmax")
+FRAGMENT = "local.fragment"
 
 
 def _fold(kind, a, b):
@@ -74,14 +78,38 @@ def reduce(src, dst, reduce_type: str, dim: int = -1, clear: bool = True):
             f"T.reduce_{reduce_type}: reducing '{s.name}' of shape {src_shape} along dim {dim} "
             f"gives shape {expected}, but the destination '{d.name}' has shape {dst_shape}"
         )
-    args = [
-        s.to_ir(),
-        d.to_ir(),
-        ir.StringImm(reduce_type),
-        tirx.const(dim, "int32"),
-        tirx.const(int(bool(clear)), "int32"),
-    ]
-    return base.make_call(NAME, args)
+    if (s.buffer.scope() == FRAGMENT) != (d.buffer.scope() == FRAGMENT):
+        return _through_fragment(s.buffer, d.buffer, reduce_type, dim, clear)
+    return _call(s, d, reduce_type, dim, clear)
+
+
+def _call(s, d, reduce_type, dim, clear):
+    flags = [tirx.const(dim, "int32"), tirx.const(int(bool(clear)), "int32")]
+    return base.make_call(NAME, [s.to_ir(), d.to_ir(), ir.StringImm(reduce_type), *flags])
+
+
+def _through_fragment(src, dst, reduce_type, dim, clear) -> None:
+    """A reduction between a fragment and a shared tile, as TileLang writes it: the shared side is
+    copied through a fragment of its own (`<name>_frag`), and the reduction runs on fragments. With
+    clear=False into a shared tile, the tile's values are copied in first. Emits the statements."""
+    from tilelang.op.copy import copy
+
+    def fragment_of(tile):
+        return IRBuilder.name(f"{tile.name}_frag", _tb.alloc_buffer(tile.shape, str(tile.dtype), scope=FRAGMENT))
+
+    def region(buf):
+        return base.to_region(buf, f"T.reduce_{reduce_type}")
+
+    if src.scope() != FRAGMENT:
+        staged = fragment_of(src)
+        _tb.evaluate(copy(src, staged))
+        _tb.evaluate(_call(region(staged), region(dst), reduce_type, dim, clear))
+        return
+    staged = fragment_of(dst)
+    if not clear:
+        _tb.evaluate(copy(dst, staged))
+    _tb.evaluate(_call(region(src), region(staged), reduce_type, dim, clear))
+    _tb.evaluate(copy(staged, dst))
 
 
 def reduce_max(buffer, out, dim: int = -1, clear: bool = True):
