@@ -1,0 +1,27 @@
+"""The fuzzer keeps working: a few cases of every family compiled for sm_80 and sm_90a (CPU), and on a
+GPU run against torch. The full runs are `run_fuzz.py` (see its docstring)."""
+
+import random
+
+import pytest
+import run_fuzz
+
+
+@pytest.mark.parametrize("family", [f for f in dict.fromkeys(run_fuzz.FAMILIES)])
+def test_every_family_compiles(family):
+    rng = random.Random(7)
+    for target in ("sm_80", "sm_90a"):
+        for _ in range(2):
+            name, kw = family(rng)
+            status, detail = run_fuzz.run_case(name, kw, target, compile_only=True)
+            assert status in ("ok", "user"), (name, kw, target, detail)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", [f for f in dict.fromkeys(run_fuzz.FAMILIES)])
+def test_every_family_matches_torch(family):
+    rng = random.Random(11)
+    for _ in range(3):
+        name, kw = family(rng)
+        status, detail = run_fuzz.run_case(name, kw, None, compile_only=False)
+        assert status in ("ok", "user"), (name, kw, detail)
