@@ -9,7 +9,8 @@ GEMM: 0.94x cuBLAS in launch order, 1.02x in panels of 8). The choice is logged 
 A kernel is GEMM-shaped when a loop holds a `T.gemm` and copies from global memory of which one
 moves along blockIdx.x but not blockIdx.y and another along blockIdx.y but not blockIdx.x (A's row
 tiles and B's column tiles). Other kernels keep launch order: an attention kernel's blocks of one
-head already run together, and a grid-wide barrier or a spin loop (`while`) may count on the order.
+head already run together, a grid-wide barrier or a spin loop (`while`) may count on the order, and
+a grid sized at run time (dynamic M) would compute the remap's divisions by the grid in every index.
 
 Before:  with T.Kernel(gx, gy) as (bx, by): ...            After:  ...; T.use_swizzle(8); ...
 A `T.use_swizzle` of the user's (also `enable=False`, which keeps launch order) is left as it is.
@@ -30,7 +31,7 @@ from tilelang.transform.common import is_innermost_thread_extent, is_thread_exte
 from tilelang.transform.pipelining.checks import load_of
 from tilelang.transform.pipelining.wgmma_waits import mma_of
 from tilelang.transform.rasterize_blocks import NAME
-from tilelang.utils.ir import collect, extern_name
+from tilelang.utils.ir import collect, const_int, extern_name
 
 logger = logging.getLogger("tilelang")
 PANEL = 8  # grid rows per panel: the best of 4/8/16 for the GEMMs of benchmark/matmul on the H200
@@ -70,15 +71,18 @@ def choose_rasterization(func: tirx.PrimFunc) -> tirx.PrimFunc:
     tvm_ffi.structural_walk(func.body, [(tirx.AttrStmt, on_kernel)], order="pre")
     swap = {}
     for kernel in kernels:
-        blocks, node = {}, kernel
+        blocks, extents, node = {}, {}, kernel
         while is_thread_extent(node):
             blocks[node.node.thread_tag] = node.node.var
+            extents[node.node.thread_tag] = const_int(node.value)
             if is_innermost_thread_extent(node):
                 break
             node = node.body
         bx, by = blocks.get("blockIdx.x"), blocks.get("blockIdx.y")
         if bx is None or by is None or not is_innermost_thread_extent(node):
             continue
+        if extents["blockIdx.x"] is None or extents["blockIdx.y"] is None:
+            continue  # a grid sized at run time: the remap's divisions would run in every index
         if any(base.is_tile_op(c, NAME) for c in collect(kernel, ir.Call)):
             continue  # the user's own choice
         if _order_matters(kernel) or not _gemm_shaped(kernel, bx, by):

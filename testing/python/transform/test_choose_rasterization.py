@@ -72,8 +72,27 @@ def test_a_gemm_gets_panels_and_a_log_line(caplog):
     assert "int bx_r = " in src and "int by_r = " in src
 
 
+def _dynamic_gemm():
+    m = T.dynamic("m")
+
+    @T.prim_func
+    def main(A: T.Tensor((m, 512), "float16"), B: T.Tensor((512, 512), "float16"), C: T.Tensor((m, 512), "float")):
+        with T.Kernel(4, T.ceildiv(m, 128), threads=128) as (bx, by):
+            A_s = T.alloc_shared((128, 32), "float16")
+            B_s = T.alloc_shared((32, 128), "float16")
+            C_f = T.alloc_fragment((128, 128), "float")
+            T.clear(C_f)
+            for k in T.Pipelined(16, num_stages=3):
+                T.copy(A[by * 128, k * 32], A_s)
+                T.copy(B[k * 32, bx * 128], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[by * 128, bx * 128])
+
+    return main
+
+
 def test_kernels_that_keep_launch_order():
-    for func in (_attention_like(), _gemm(spin=True)):
+    for func in (_attention_like(), _gemm(spin=True), _dynamic_gemm()):
         calls, after, before = _swizzles(func)
         assert not calls and after.same_as(before)
 
