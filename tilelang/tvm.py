@@ -30,7 +30,6 @@ import types
 
 import tvm as _tvm
 import tvm.ir as _ir
-import tvm.testing as _testing
 import tvm.tirx as _tirx
 import tvm_ffi as _tvm_ffi
 
@@ -60,13 +59,22 @@ class _View(types.ModuleType):
 
 class _TestingView(_View):
     """tvm.testing plus tilelang.testing's requires_cuda and requires_package (the fork's tvm.testing
-    has them; 0.27's does not). tilelang.testing imports much of tilelang: looked up on first use."""
+    has them; 0.27's does not). Both are imported on first use: tvm.testing imports pytest (a
+    quarter of a second), and tilelang.testing much of tilelang."""
+
+    def __init__(self, name: str):
+        types.ModuleType.__init__(self, name, "tvm.testing, plus requires_cuda and requires_package")
 
     def __getattr__(self, attr):
         if attr in ("requires_cuda", "requires_package"):
             from tilelang import testing as tilelang_testing
 
             return getattr(tilelang_testing, attr)
+        if attr == "_base":
+            import tvm.testing
+
+            self.__dict__["_base"] = tvm.testing
+            return tvm.testing
         return super().__getattr__(attr)
 
 
@@ -82,7 +90,7 @@ ir = _View(
     _ir,
     {"PrimExpr": _ir.Expr, "structural_equal": _tvm_ffi.structural_equal, "structural_hash": _tvm_ffi.structural_hash},
 )
-testing = _TestingView(__name__ + ".testing", _testing, {})
+testing = _TestingView(__name__ + ".testing")
 
 # `from tilelang.tvm.tir import PrimFunc` and friends.
 for _name, _view in (("tir", tir), ("tirx", tirx), ("ir", ir), ("testing", testing)):
