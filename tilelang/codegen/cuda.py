@@ -26,7 +26,7 @@ import time
 import tvm_ffi
 
 from tilelang import env
-from tilelang.codegen import fp8_arith, register_counts, templates, vectors, workspace
+from tilelang.codegen import fp8_arith, host_pch, register_counts, templates, vectors, workspace
 from tilelang.utils.target import arch_of
 
 _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
@@ -329,8 +329,9 @@ def _device_command(flags, cu: str, cubin: str) -> list[str]:
 
 
 def _host_command(flags, cc: str) -> list[str]:
-    """Compile the host unit to `cc + ".o"`."""
-    return [env.host_compiler(), *flags, "-c", "-o", cc + ".o", cc]
+    """Compile the host unit to `cc + ".o"`, with its headers precompiled once built (`host_pch`)."""
+    compiler = env.host_compiler()
+    return [compiler, *flags, *host_pch.include_flags(compiler, flags), "-c", "-o", cc + ".o", cc]
 
 
 def build_library(
