@@ -3,10 +3,16 @@
 An entry is keyed by everything that decides the generated code: the source of the module that
 defines the kernel factory, the factory's name and closure values, its compile-time arguments,
 `out_idx`, the target, the pass configs, and the versions of tilelang, TVM and nvcc. A hit
-neither traces the kernel nor runs nvcc. Entries are written to a temporary folder and renamed
-into place, so concurrent processes compiling the same kernel are safe and a crash mid-write
-leaves no entry; an entry whose library does not match its recorded checksum is logged, removed
-and rebuilt.
+neither traces the kernel nor runs nvcc.
+
+The cache never gives a wrong kernel and never fails a compile; at worst it rebuilds:
+- an entry is written to a temporary folder and renamed into place (atomic), so processes that
+  compile the same kernel at once leave one whole entry, and a process killed mid-write leaves
+  only a `.tmp-*` folder that no lookup reads (removed once it is an hour old);
+- `meta.json` records the sha256 of every file of the entry and a checksum of itself, so an
+  entry with a flipped byte or a cut file is logged, removed and rebuilt;
+- a cache folder that cannot be written (read-only, full disk) is logged once per process and
+  the kernel is compiled in a temporary folder instead, uncached.
 
     import tilelang.cache
     tilelang.cache.clear()          # remove every entry   (also tilelang.clear_cache())
@@ -25,7 +31,8 @@ import json
 import logging
 import os
 import shutil
-import uuid
+import tempfile
+import time
 from typing import NamedTuple
 
 from tilelang import env
@@ -113,29 +120,71 @@ def _digest(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def _checksum(body: dict) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+_FILES = ("kernel.so", "device.cu", "host.cc")
+_STALE_SECONDS = 3600  # a `.tmp-*` folder this old belongs to a writer that died
+_warned: set[str] = set()
+
+
+def warn_unwritable(path: str, err: OSError) -> None:
+    """Log, once per process and cache folder, that the cache at `path` cannot be written."""
+    root = env.cache_dir()
+    if root in _warned:
+        return
+    _warned.add(root)
+    logger.warning(
+        "tilelang: cannot write the kernel cache at %s (%s); kernels are compiled in a temporary "
+        "folder and not cached (set TILELANG_CACHE_DIR to a writable folder)",
+        path,
+        err.strerror or err,
+    )
+
+
 def store(key: str, kernel) -> None:
-    """Write `kernel` (already built) as entry `key`, atomically; an existing entry wins."""
+    """Write `kernel` (already built) as entry `key`, atomically; an existing entry wins. A cache
+    that cannot be written is logged (`warn_unwritable`), never an error."""
     final = os.path.join(folder(), key)
     if os.path.isdir(final):
         return
-    tmp = os.path.join(folder(), f".tmp-{uuid.uuid4().hex}")
-    os.makedirs(tmp)
+    tmp = None
     try:
+        os.makedirs(folder(), exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=folder())
         shutil.copyfile(kernel._lib_path, os.path.join(tmp, "kernel.so"))
         for name, text in (("device.cu", kernel.kernel_source), ("host.cc", kernel.host_source)):
             with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
                 f.write(text)
-        meta = kernel.describe()
-        meta["lib_sha256"] = _digest(os.path.join(tmp, "kernel.so"))
+        body = {"kernel": kernel.describe(), "files": {n: _digest(os.path.join(tmp, n)) for n in _FILES}}
         with open(os.path.join(tmp, "meta.json"), "w", encoding="utf-8") as f:
-            json.dump(meta, f)
+            json.dump({**body, "checksum": _checksum(body)}, f)
         try:
             os.rename(tmp, final)  # atomic; fails if another process got there first
         except OSError:
+            if not os.path.isdir(final):
+                raise
             shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        tmp = None
+        _remove_stale_temporaries()
+    except OSError as err:
+        warn_unwritable(folder(), err)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _remove_stale_temporaries() -> None:
+    """Remove the `.tmp-*` folders of writers killed mid-write (live writers finish in seconds)."""
+    now = time.time()
+    for name in os.listdir(folder()):
+        path = os.path.join(folder(), name)
+        try:
+            if name.startswith(".tmp-") and now - os.path.getmtime(path) > _STALE_SECONDS:
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:  # removed by another process meanwhile
+            pass
 
 
 class Entry(NamedTuple):
@@ -148,22 +197,26 @@ class Entry(NamedTuple):
 
 
 def load(key: str) -> Entry | None:
-    """The entry `key`, or None on a miss. A corrupt entry is removed (and logged)."""
+    """The entry `key`, or None on a miss. An entry whose files or metadata do not match their
+    checksums (a cut or corrupted file) is logged, removed and reported as a miss."""
     final = os.path.join(folder(), key)
     if not os.path.isdir(final):
         return None
     try:
         with open(os.path.join(final, "meta.json"), encoding="utf-8") as f:
             meta = json.load(f)
-        lib = os.path.join(final, "kernel.so")
-        if _digest(lib) != meta["lib_sha256"]:
-            raise ValueError("the library does not match its checksum")
+        body = {"kernel": meta["kernel"], "files": meta["files"]}
+        if _checksum(body) != meta["checksum"]:
+            raise ValueError("its metadata does not match its checksum")
+        for name in _FILES:
+            if _digest(os.path.join(final, name)) != body["files"][name]:
+                raise ValueError(f"{name} does not match its checksum")
         sources = []
         for name in ("device.cu", "host.cc"):
             with open(os.path.join(final, name), encoding="utf-8") as f:
                 sources.append(f.read())
-        return Entry(meta, sources[0], sources[1], lib)
-    except (OSError, ValueError, KeyError, json.JSONDecodeError) as err:
+        return Entry(body["kernel"], sources[0], sources[1], os.path.join(final, "kernel.so"))
+    except (OSError, ValueError, KeyError, TypeError) as err:  # (JSON and UTF-8 errors are ValueErrors)
         logger.warning("tilelang: corrupt cache entry %s (%s); rebuilding it", final, err)
         shutil.rmtree(final, ignore_errors=True)
         return None

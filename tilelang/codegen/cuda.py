@@ -17,6 +17,7 @@ import contextlib
 import functools
 import hashlib
 import importlib
+import logging
 import os
 import re
 import subprocess
@@ -26,9 +27,10 @@ import time
 import tvm_ffi
 
 from tilelang import env
-from tilelang.codegen import fp8_arith, host_pch, register_counts, templates, vectors, workspace
+from tilelang.codegen import fp8_arith, host_pch, libraries, register_counts, templates, vectors, workspace
 from tilelang.utils.target import arch_of
 
+logger = logging.getLogger("tilelang")
 _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
 
 # Device headers and the function names that need them; common.h always comes first. Only the
@@ -345,17 +347,39 @@ def build_library(
 ) -> str:
     """Compile both units (in parallel) and link them into a shared library; returns its path.
     Reuses a library built from the same sources and flags (keyed by their hash and the nvcc
-    version)."""
+    version) when it matches its checksum (`libraries`); where the folder cannot be written, the
+    library is built in a temporary folder, with a warning."""
+    from tilelang import cache
+
     check_registers = register_counts.wanted(device_src)
     dflags = nvcc_flags(target, fast_math, [*extra_flags, *(register_counts.PTXAS_VERBOSE if check_registers else [])])
     hflags = host_flags()
     parts = [device_src, host_src, " ".join(dflags), " ".join(hflags), nvcc_version(), env.host_compiler()]
     key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
-    out_dir = out_dir or os.path.join(env.cache_dir(), "libs")
-    os.makedirs(out_dir, exist_ok=True)
+    build = functools.partial(_build, device_src, host_src, dflags, hflags, check_registers, key, times)
+    out_dir = out_dir or libraries.folder()
     lib = os.path.join(out_dir, f"{key}.so")
-    if os.path.exists(lib):
+    if libraries.intact(lib):
         return lib
+    try:
+        with libraries.locked(lib):
+            if not libraries.intact(lib):  # (a process holding the lock before may have built it)
+                if os.path.exists(lib):
+                    logger.warning("tilelang: %s does not match its checksum; rebuilding it", lib)
+                build(out_dir, lambda built: libraries.publish(built, lib))
+        return lib
+    except OSError as err:
+        if err.errno not in libraries.UNWRITABLE:
+            raise
+        cache.warn_unwritable(out_dir, err)
+    lib = os.path.join(libraries.private_folder(), f"{key}.so")
+    if not os.path.exists(lib):
+        build(libraries.private_folder(), lambda built: os.replace(built, lib))
+    return lib
+
+
+def _build(device_src, host_src, dflags, hflags, check_registers, key, times, out_dir, publish) -> None:
+    """Compile and link in a temporary folder of `out_dir`; `publish(path)` moves the library out."""
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         cu, cc, cubin = (os.path.join(tmp, n) for n in ("device.cu", "host.cc", "device.cubin"))
         for path, text in ((cu, device_src), (cc, host_src)):
@@ -386,8 +410,7 @@ def build_library(
         link = [env.host_compiler(), "-shared", "-o", tmp_lib, cc + ".o", blob, f"-L{libdir}", "-lcudart_static"]
         link += ["-ldl", "-lrt", "-lpthread", f"-L{_ffi_dir('lib')}", "-ltvm_ffi"]
         _run_all([link], ["link"], times)
-        os.replace(tmp_lib, lib)  # atomic: a concurrent reader sees the whole file or none
-    return lib
+        publish(tmp_lib)  # atomic: a concurrent reader sees the whole file or none
 
 
 def compile_object(device_src: str, target, fast_math: bool = False, host_src: str | None = None) -> None:

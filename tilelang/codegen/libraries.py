@@ -1,0 +1,80 @@
+"""The folder of compiled libraries `cuda.build_library` reuses, keyed by the hash of their sources
+and flags (`<cache>/libs/<key>.so`).
+
+A library is built in a temporary folder and published under a lock (`fcntl.flock` on
+`<key>.so.lock`): first the library by `os.replace`, then `<key>.so.sha256`, its checksum. A
+library is reused only when it matches its checksum, so a process killed before publishing
+the checksum, or a cut or corrupted file, means a rebuild, never a library that fails to load.
+Processes building the same library at once wait on the lock; the second finds it built.
+
+A folder that cannot be written (read-only, full disk) is not an error: the library is built in
+a folder of this process (`private_folder`), removed when the process exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import errno
+import fcntl
+import functools
+import hashlib
+import os
+import shutil
+import tempfile
+
+from tilelang import env
+
+# The errors that mean "this folder cannot hold the library" (the build goes elsewhere); any other
+# OSError (nvcc missing, ...) is raised.
+UNWRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
+
+
+def folder() -> str:
+    return os.path.join(env.cache_dir(), "libs")
+
+
+def _digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def intact(lib: str) -> bool:
+    """Whether `lib` exists and matches its published checksum."""
+    try:
+        with open(lib + ".sha256", encoding="ascii") as f:
+            want = f.read().strip()
+        return _digest(lib) == want
+    except (OSError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def locked(lib: str):
+    """Hold the lock of `lib` (creating its folder); another process holding it is waited for."""
+    os.makedirs(os.path.dirname(lib), exist_ok=True)
+    with open(lib + ".lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file is closed, or the process dies
+        yield
+
+
+def publish(built: str, lib: str) -> None:
+    """Move the library `built` to `lib`, then write its checksum (call under `locked(lib)`)."""
+    digest = _digest(built)
+    os.replace(built, lib)
+    tmp = f"{lib}.sha256.{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(digest)
+        os.replace(tmp, lib + ".sha256")
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+@functools.cache
+def private_folder() -> str:
+    """A folder of this process for libraries the cache cannot hold; removed at exit."""
+    path = tempfile.mkdtemp(prefix="tilelang-libs-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
