@@ -254,11 +254,27 @@ def _split_at_warp(groups):
     return out
 
 
+def _check_whole_warps(red, ctx) -> None:
+    """Shuffles name all 32 lanes of a warp (`tl::shfl_xor`): a last, partial warp has lanes that do
+    not exist, and the shuffle is undefined there."""
+    from tilelang.errors import at_span
+
+    threads = ctx.block_thread[1]
+    if threads % 32:
+        raise at_span(
+            f"{red.describe()} combines each row across threads with warp shuffles, which need whole "
+            f"warps; the kernel has {threads} threads, not a multiple of 32 (use threads={-(-threads // 32) * 32})",
+            ctx.kernel_span,
+            red.span,
+        )
+
+
 def _combine_group(red, ctx, acc, slots, stride, count) -> tirx.Stmt:
     """All-reduce `acc` over the `count` threads `thread + d * stride`."""
     dtype = str(acc.dtype)
     s = tirx.Var("s", "int32")
     if stride * count <= 32 and _is_pow2(stride) and _is_pow2(count):
+        _check_whole_warps(red, ctx)
         body = []
         offset = stride
         while offset < stride * count:

@@ -51,6 +51,9 @@ class Scope:
         # index): the absolute range [lo, hi) of threads running it. Tile ops there run on those
         # threads only, their fragments laid out over them with thread index tx - lo.
         self.thread_range: tuple[int, int] | None = None
+        # The span of the kernel's thread extent: the user's `with T.Kernel(..., threads=n)` line,
+        # where an error about the number of threads points.
+        self.kernel_span = None
 
     def enter(self, stmt):
         """Record the facts that `stmt` makes true for its body."""
@@ -61,6 +64,8 @@ class Scope:
             iv = stmt.node
             self.analyzer.bind(iv.var, ir.Range.from_min_extent(0, stmt.value))
             self.threads[iv.thread_tag] = (iv.var, stmt.value)
+            if iv.thread_tag.startswith("threadIdx"):
+                self.kernel_span = stmt.span
         elif isinstance(stmt, tirx.Bind) and not isinstance(stmt.var.ty, ir.PointerType):
             # (Handles, e.g. TMA descriptors, have no value range.) A binding the pipelines copied into a
             # prologue and the loop holds a different value in each: the latest one holds here.

@@ -89,6 +89,11 @@ class LowerContext:
         """(the kernel's thread index, its number of threads), also inside a thread branch."""
         return self._scope.block_thread()
 
+    @property
+    def kernel_span(self):
+        """The span of the user's `T.Kernel(..., threads=n)` line (for errors about the threads)."""
+        return self._scope.kernel_span
+
     def fragment_layout(self, buffer) -> fl.Fragment:
         return self._fragments[buffer]
 

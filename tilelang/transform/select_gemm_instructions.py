@@ -86,7 +86,9 @@ def _select(func, target, options, mma_only):
         g = gemm_op.Gemm(stmt.value)
         chosen = no_wgmma if len(gemms) in mma_only else options
         num_threads = scope.thread_var()[1]
-        plan = selection.select(g, target, num_threads, chosen, stmt.span)
+        # (In a thread branch the threads are the branch's: its line, not the kernel's, sets them.)
+        kernel_span = scope.kernel_span if scope.thread_range is None else None
+        plan = selection.select(g, target, num_threads, chosen, stmt.span, kernel_span)
         call = selection.record(stmt.value, plan)
         gemms.append((gemm_op.Gemm(call, stmt.span), num_threads))
         return tirx.Evaluate(call, span=stmt.span)

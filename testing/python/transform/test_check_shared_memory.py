@@ -43,3 +43,36 @@ def test_an_internal_failure_is_a_compiler_error_naming_the_pass(monkeypatch):
     monkeypatch.setattr(pipeline, "_tile_passes", lambda options, target: [("broken_pass", broken)])
     with pytest.raises(CompilerError, match="(?s)internal error in pass 'broken_pass'.*TILELANG_DUMP_IR"):
         tilelang.compile(_kernel(8), target="sm_80")
+
+
+def _two_tiles():
+    @T.prim_func
+    def main(A: T.Tensor((256, 256), "float16"), B: T.Tensor((256, 256), "float16")):
+        with T.Kernel(1, threads=128):
+            X = T.alloc_shared((256, 256), "float16")  # the first tile
+            Y = T.alloc_shared((256, 224), "float16")  # the second tile
+            T.copy(A, X)
+            T.copy(B[0:256, 0:224], Y)
+            T.copy(X, B)
+            T.copy(Y, A[0:256, 0:224])
+
+    return main
+
+
+def test_each_tile_is_listed_with_its_size_at_its_allocation_line():
+    with pytest.raises(UserError) as info:
+        tilelang.compile(_two_tiles(), target="sm_90a")  # 128 + 112 KiB live together > 227 KiB
+    text = str(info.value)
+    with open(__file__) as f:
+        source = f.read().splitlines()
+    markers = ("# the first tile", "# the second tile")
+    lines = {m: k + 1 for k, line in enumerate(source) for m in markers if line.endswith(m)}
+    assert "sm_90a allows 227 KiB per block" in text
+    assert (
+        f"X: [256, 256] float16 = 128.0 KiB, allocated at\n  --> {__file__}:{lines['# the first tile']}\n"
+        f'   | X = T.alloc_shared((256, 256), "float16")  # the first tile'
+    ) in text, text
+    assert (
+        f"Y: [256, 224] float16 = 112.0 KiB, allocated at\n  --> {__file__}:{lines['# the second tile']}\n"
+        f'   | Y = T.alloc_shared((256, 224), "float16")  # the second tile'
+    ) in text, text

@@ -1,7 +1,11 @@
+import re
+
 from ir_testing import assert_ir_equal
 from tvm import tirx
 
+import tilelang
 import tilelang.language as T
+from tilelang.codegen import cuda
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
 from tilelang.utils.ir import collect
 
@@ -161,3 +165,67 @@ def test_element_atomic_target_index_is_guarded():
     text = str(guard.condition)
     # The index is read only for rows that exist, and the element it names must exist.
     assert "bx * 128 + i < m" in text and "< 64" in text and ">= 0" in text
+
+
+def _tile_larger_than_tensor():
+    @T.prim_func
+    def main(A: T.Tensor((48, 40), "float16"), B: T.Tensor((48, 40), "float16")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((64, 64), "float16")
+            T.copy(A[0, 0], A_s)  # a 64 x 64 tile of a 48 x 40 tensor
+            T.copy(A_s, B[0, 0])
+
+    return main
+
+
+def _c_expr(text, start):
+    """The balanced parenthesized C expression of `text` at `start`, as Python."""
+    depth = 0
+    for end in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[end], 0)
+        if depth == 0:
+            break
+    expr = text[start : end + 1].replace("((int)threadIdx.x)", "tx").replace("&&", " and ").replace("||", " or ")
+    return compile(expr, "<kernel>", "eval")
+
+
+def _accessed_elements(source, ptr):
+    """The elements of `ptr` the kernel touches with 8-wide vectors, for every thread and iteration,
+    checked on the way: each access sits under an `if` whose guard keeps it inside the 48 x 40 tensor."""
+    lines = source.splitlines()
+    touched = []
+    for k, line in enumerate(lines):
+        if f"({ptr} + " not in line:
+            continue
+        loop = next(re.search(r"for \(int (\w+) = 0; \1 < (\d+);", t) for t in lines[k::-1] if "for (int" in t)
+        guard = next(t for t in lines[k - 1 :: -1] if t.strip().startswith("if ("))
+        guard = _c_expr(guard, guard.index("if (") + 3)
+        offset = _c_expr(line, line.index(f"({ptr} + ") + len(ptr) + 4)
+        var, count = loop.group(1), int(loop.group(2))
+        for tx in range(128):
+            for r in range(count):
+                scope = {"tx": tx, var: r}
+                if eval(guard, scope):
+                    at = eval(offset, scope)
+                    assert 0 <= at and at + 8 <= 48 * 40 and at % 40 + 8 <= 40, (ptr, tx, r, at)
+                    touched += range(at, at + 8)
+    return touched
+
+
+def test_a_copy_of_a_tile_larger_than_the_tensor_is_guarded_on_every_side():
+    for arch in ("sm_80", "sm_90a"):
+        kernel = tilelang.compile(_tile_larger_than_tensor(), target=arch)
+        source = kernel.get_kernel_source()
+        body = source[source.index("__global__") :]
+        # Every element of B is written once, and only inside B.
+        assert sorted(_accessed_elements(body, "B_ptr")) == list(range(48 * 40))
+        if arch == "sm_80":
+            # A's 1920 elements are read, the rest of the tile is zero (the `else` of the guard).
+            assert sorted(_accessed_elements(body, "A_ptr")) == list(range(48 * 40))
+            assert "condval = make_uint4(__pack_half2(__float2half_rn(0x0p+0f" in body
+        else:
+            # One TMA box of 64 x 64 over the 48 x 40 tensor: the hardware fills what lies outside with
+            # zeros and counts the whole box's bytes.
+            assert "A_ptr" not in body and body.count("tl::tma_load(A_tma0") == 1
+            assert "tl::mbarrier_arrive_expect_tx((&(A_s_bar_ptr[0])), (uint)8192)" in body
+        cuda.compile_object(source, kernel.target)

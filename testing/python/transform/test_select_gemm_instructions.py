@@ -195,3 +195,43 @@ def test_gemms_into_one_accumulator_stay_wgmma_when_nothing_forces_mma():
     func = func.with_body(tvm_ffi.structural_map(func.body, [(tirx.Evaluate, drop_dk)]))
     plans = _plans(select_gemm_instructions(_on(func, "sm_90a")))
     assert [(p.wg_m, p.wg_n) for p in plans] == [(1, 2), (1, 2)] and all(isinstance(p, wgmma.Plan) for p in plans)
+
+
+def _location(marker):
+    """'file:line' of the line of this file ending with `marker` (where an error must point)."""
+    with open(__file__) as f:
+        (line,) = [k + 1 for k, text in enumerate(f) if text.rstrip().endswith(marker)]
+    return f"{__file__.rsplit('/', 1)[-1]}:{line}"
+
+
+def _mixed_operands(convert_first=False):
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "int8"), B: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((64, 64), "int8")
+            A_h = T.alloc_shared((64, 64), "float16")
+            B_s = T.alloc_shared((64, 64), "float16")
+            C_f = T.alloc_fragment((64, 64), "float32")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            if convert_first:
+                T.copy(A_s, A_h)
+                T.gemm(A_h, B_s, C_f)
+            else:
+                T.gemm(A_s, B_s, C_f)  # int8 x float16
+            T.copy(C_f, C)
+
+    return main
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_operands_of_different_dtypes_are_an_error_at_the_gemm(arch):
+    with pytest.raises(UserError) as info:
+        tilelang.compile(_mixed_operands(), target=arch)
+    text = str(info.value)
+    assert "different dtypes: A_s is int8 and B_s is float16" in text
+    assert "supported:" not in text  # not the instruction table
+    assert f"{_location('# int8 x float16')}\n   | T.gemm(A_s, B_s, C_f)" in text
+    # What the message advises compiles.
+    kernel = tilelang.compile(_mixed_operands(convert_first=True), target=arch)
+    cuda.compile_object(kernel.get_kernel_source(), kernel.target)

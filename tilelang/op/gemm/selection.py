@@ -23,16 +23,30 @@ MMA, WGMMA = 1, 2
 _OWN_ARGS = 10  # a, b, c, trans_a, trans_b, policy, clear, wg_wait, async_operands, wgmma_only
 
 
-def select(g, target, num_threads: int, options=None, span=None):
+def select(g, target, num_threads: int, options=None, span=None, kernel_span=None):
     """The plan of gemm `g` (an mma.Plan or a wgmma.Plan) for `num_threads` threads on `target`.
 
     Raises: UserError (at `span`) for dtypes no tensor-core instruction of the target multiplies,
-    a K the instruction does not divide, or warps that cannot tile C.
+    a K the instruction does not divide, or warps that cannot tile C; for a number of threads
+    that is not whole warps, at `kernel_span` (the T.Kernel line setting them) too.
     """
     if num_threads % 32:
-        raise at_span(f"T.gemm needs whole warps; the kernel has {num_threads} threads", span)
+        raise at_span(
+            f"T.gemm needs whole warps; the kernel has {num_threads} threads, not a multiple of 32 "
+            f"(use threads={-(-num_threads // 32) * 32})",
+            kernel_span,
+            span,
+        )
+    a, b = g.a.buffer, g.b.buffer
+    if str(a.dtype) != str(b.dtype):  # (every tensor-core instruction takes two operands of one dtype)
+        raise at_span(
+            f"T.gemm: the operands have different dtypes: {a.name} is {a.dtype} and {b.name} is {b.dtype}; "
+            f"tensor cores multiply two operands of one dtype: convert one of them first (T.copy into a "
+            f"tile of the other's dtype)",
+            span,
+        )
     try:
-        inst = instructions.select(target, str(g.a.buffer.dtype), str(g.b.buffer.dtype), str(g.c.buffer.dtype))
+        inst = instructions.select(target, str(a.dtype), str(b.dtype), str(g.c.buffer.dtype))
     except UserError as err:  # the registry speaks of dtypes: point at the gemm
         raise at_span(str(err), span) from None
     if g.K % inst.k:
