@@ -36,6 +36,7 @@ import time
 from typing import NamedTuple
 
 from tilelang import env
+from tilelang.codegen import libraries
 
 logger = logging.getLogger("tilelang")
 
@@ -126,26 +127,11 @@ def _checksum(body: dict) -> str:
 
 _FILES = ("kernel.so", "device.cu", "host.cc")
 _STALE_SECONDS = 3600  # a `.tmp-*` folder this old belongs to a writer that died
-_warned: set[str] = set()
-
-
-def warn_unwritable(path: str, err: OSError) -> None:
-    """Log, once per process and cache folder, that the cache at `path` cannot be written."""
-    root = env.cache_dir()
-    if root in _warned:
-        return
-    _warned.add(root)
-    logger.warning(
-        "tilelang: cannot write the kernel cache at %s (%s); kernels are compiled in a temporary "
-        "folder and not cached (set TILELANG_CACHE_DIR to a writable folder)",
-        path,
-        err.strerror or err,
-    )
 
 
 def store(key: str, kernel) -> None:
     """Write `kernel` (already built) as entry `key`, atomically; an existing entry wins. A cache
-    that cannot be written is logged (`warn_unwritable`), never an error."""
+    that cannot be written is logged (`libraries.warn_unwritable`), never an error."""
     final = os.path.join(folder(), key)
     if os.path.isdir(final):
         return
@@ -169,7 +155,7 @@ def store(key: str, kernel) -> None:
         tmp = None
         _remove_stale_temporaries()
     except OSError as err:
-        warn_unwritable(folder(), err)
+        libraries.warn_unwritable(folder(), err)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -349,8 +349,6 @@ def build_library(
     Reuses a library built from the same sources and flags (keyed by their hash and the nvcc
     version) when it matches its checksum (`libraries`); where the folder cannot be written, the
     library is built in a temporary folder, with a warning."""
-    from tilelang import cache
-
     check_registers = register_counts.wanted(device_src)
     dflags = nvcc_flags(target, fast_math, [*extra_flags, *(register_counts.PTXAS_VERBOSE if check_registers else [])])
     hflags = host_flags()
@@ -371,7 +369,7 @@ def build_library(
     except OSError as err:
         if err.errno not in libraries.UNWRITABLE:
             raise
-        cache.warn_unwritable(out_dir, err)
+        libraries.warn_unwritable(out_dir, err)
     lib = os.path.join(libraries.private_folder(), f"{key}.so")
     if not os.path.exists(lib):
         build(libraries.private_folder(), lambda built: os.replace(built, lib))

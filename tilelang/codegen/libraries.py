@@ -19,15 +19,19 @@ import errno
 import fcntl
 import functools
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
 
 from tilelang import env
 
+logger = logging.getLogger("tilelang")
+
 # The errors that mean "this folder cannot hold the library" (the build goes elsewhere); any other
 # OSError (nvcc missing, ...) is raised.
 UNWRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
+_warned: set[str] = set()
 
 
 def folder() -> str:
@@ -78,3 +82,17 @@ def private_folder() -> str:
     path = tempfile.mkdtemp(prefix="tilelang-libs-")
     atexit.register(shutil.rmtree, path, True)
     return path
+
+
+def warn_unwritable(path: str, err: OSError) -> None:
+    """Log, once per process and cache folder, that the cache at `path` cannot be written."""
+    root = env.cache_dir()
+    if root in _warned:
+        return
+    _warned.add(root)
+    logger.warning(
+        "tilelang: cannot write the kernel cache at %s (%s); kernels are compiled in a temporary "
+        "folder and not cached (set TILELANG_CACHE_DIR to a writable folder)",
+        path,
+        err.strerror or err,
+    )
