@@ -1,23 +1,21 @@
 // Block-level GEMM on tensor cores with mma.sync (sm_80/sm_89/sm_90): C[M,N] += A[M,K] * B[K,N] for
-// one thread block, warps tiled WarpM x WarpN over C. The MMA instructions are CuTe's atoms; the
-// register layouts below are the ones tilelang's layout inference assumes (tilelang/op/gemm.py):
+// one thread block, warps tiled WarpM x WarpN over C. The MMA instructions are CuTe's atoms
+// (cute/arch/mma_sm80.hpp, mma_sm89.hpp) with their assembly written out here: CuTe's headers (and
+// the libcu++ they pull in) cost 0.7 s of nvcc CPU per kernel, half of a GEMM's device compile.
+// The register layouts below are the ones tilelang's layout inference assumes (tilelang/op/gemm.py):
 //   C element (i, j): warp (i / (M/WarpM), j / (N/WarpN)), lane 4 * (i % 8) + (j % 8) / 2,
 //   register ((mi * NI + ni) * 4 + 2 * ((i % 16) / 8) + j % 2) with mi, ni the 16x8 atom in the warp tile.
 // The warp index is threadIdx.x / 32 modulo the WarpM * WarpN warps, so a gemm inside a branch of
 // threads [lo, lo + 32 * WarpM * WarpN) (lo a multiple of that) finds its warps the same way.
 #pragma once
 
-#include <cute/arch/mma_sm80.hpp>
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-#include <cute/arch/mma_sm89.hpp>
-#endif
-
 #include "common.h"
 
 namespace tl {
 namespace mma_detail {
 
-// One 16 x 8 x K atom per element-type triple: its K and how 32-bit registers pack elements.
+// One 16 x 8 x K atom per element-type triple: its K and how 32-bit registers pack elements. The asm
+// is CuTe's, operand for operand (volatile as CuTe has it: the sm_80 atoms are, the fp8 ones not).
 template <typename TA, typename TB, typename TC>
 struct Atom;
 
@@ -25,8 +23,10 @@ template <>
 struct Atom<half, half, float> {
   static constexpr int K = 16;
   TL_DEVICE static void fma(float* c, const uint32_t* a, const uint32_t* b) {
-    cute::SM80_16x8x16_F32F16F16F32_TN::fma(c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3], b[0], b[1], c[0], c[1],
-                                            c[2], c[3]);
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+        : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
   }
 };
 
@@ -34,8 +34,10 @@ template <>
 struct Atom<__nv_bfloat16, __nv_bfloat16, float> {
   static constexpr int K = 16;
   TL_DEVICE static void fma(float* c, const uint32_t* a, const uint32_t* b) {
-    cute::SM80_16x8x16_F32BF16BF16F32_TN::fma(c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3], b[0], b[1], c[0],
-                                              c[1], c[2], c[3]);
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+        : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
   }
 };
 
@@ -44,7 +46,10 @@ struct Atom<half, half, half> {
   static constexpr int K = 16;
   TL_DEVICE static void fma(half* c, const uint32_t* a, const uint32_t* b) {
     uint32_t* d = reinterpret_cast<uint32_t*>(c);  // four halves as two packed pairs
-    cute::SM80_16x8x16_F16F16F16F16_TN::fma(d[0], d[1], a[0], a[1], a[2], a[3], b[0], b[1], d[0], d[1]);
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 "
+        "{%0, %1}, {%2, %3, %4, %5}, {%6, %7}, {%8, %9};\n"
+        : "=r"(d[0]), "=r"(d[1])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(d[0]), "r"(d[1]));
   }
 };
 
@@ -52,8 +57,10 @@ template <>
 struct Atom<float, float, float> {  // float inputs run as tf32
   static constexpr int K = 8;
   TL_DEVICE static void fma(float* c, const uint32_t* a, const uint32_t* b) {
-    cute::SM80_16x8x8_F32TF32TF32F32_TN::fma(c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3], b[0], b[1], c[0], c[1],
-                                             c[2], c[3]);
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+        : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
   }
 };
 
@@ -62,8 +69,10 @@ struct Atom<int8_t, int8_t, int> {
   static constexpr int K = 32;
   TL_DEVICE static void fma(int* c, const uint32_t* a, const uint32_t* b) {
     uint32_t* d = reinterpret_cast<uint32_t*>(c);  // CuTe's atom takes the s32 accumulators as u32
-    cute::SM80_16x8x32_S32S8S8S32_TN::fma(d[0], d[1], d[2], d[3], a[0], a[1], a[2], a[3], b[0], b[1], d[0], d[1],
-                                          d[2], d[3]);
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(d[0]), "r"(d[1]), "r"(d[2]), "r"(d[3]));
   }
 };
 
@@ -72,8 +81,10 @@ template <>
 struct Atom<__nv_fp8_e4m3, __nv_fp8_e4m3, float> {
   static constexpr int K = 32;
   TL_DEVICE static void fma(float* c, const uint32_t* a, const uint32_t* b) {
-    cute::SM89_16x8x32_F32E4M3E4M3F32_TN::fma(c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3], b[0], b[1], c[0],
-                                              c[1], c[2], c[3]);
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+        : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
   }
 };
 
@@ -81,8 +92,10 @@ template <>
 struct Atom<__nv_fp8_e5m2, __nv_fp8_e5m2, float> {
   static constexpr int K = 32;
   TL_DEVICE static void fma(float* c, const uint32_t* a, const uint32_t* b) {
-    cute::SM89_16x8x32_F32E5M2E5M2F32_TN::fma(c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3], b[0], b[1], c[0],
-                                              c[1], c[2], c[3]);
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+        : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
   }
 };
 #endif
