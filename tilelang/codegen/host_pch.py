@@ -12,7 +12,8 @@ that was built with the same compiler and flags. The generated source does not c
     subprocess.run([compiler, *host_flags, *flags, "-c", ...])
 
 The first compile without it starts building it in the background (~1.5 s of CPU, ~90 MB in
-`<cache>/pch/<key>/`); compiles after that use it. The key covers what GCC does not check
+`<cache>/pch/<key>/`; one process builds it, others wait on a lock there); compiles after that
+use it. The key covers what GCC does not check
 itself: the headers' text (launch.h, the tvm-ffi and CUDA versions and folders) and the
 compiler. A compiler other than GCC, a folder that cannot be written, or a failed build only
 mean no precompiled header: the compile reads the headers as before.
@@ -20,6 +21,7 @@ mean no precompiled header: the compile reads the headers as before.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import logging
@@ -90,28 +92,35 @@ def build(compiler: str, flags: list[str]) -> str | None:
         return prelude
     try:
         os.makedirs(where, exist_ok=True)
-        if not os.path.exists(prelude):
-            fd, tmp = tempfile.mkstemp(dir=where, suffix=".h")
-            with os.fdopen(fd, "w") as f:
-                f.write(PRELUDE)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, prelude)
-        fd, tmp = tempfile.mkstemp(dir=where, suffix=".gch")
-        os.close(fd)
-        try:
-            proc = subprocess.run([compiler, *flags, "-x", "c++-header", "-o", tmp, prelude], capture_output=True)
-            if proc.returncode != 0:
-                logger.debug("tilelang: no precompiled host header: %s", proc.stderr.decode(errors="replace")[-2000:])
-                return None
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, prelude + ".gch")
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        # One process builds it (the tuner's compile workers all start without it); the others wait.
+        with open(os.path.join(where, "build.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not os.path.exists(prelude + ".gch"):
+                _build_locked(compiler, flags, where, prelude)
     except OSError as err:
         logger.debug("tilelang: no precompiled host header in %s: %s", where, err)
         return None
-    return prelude
+    return prelude if os.path.exists(prelude + ".gch") else None
+
+
+def _build_locked(compiler: str, flags: list[str], where: str, prelude: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=where, suffix=".h")
+    with os.fdopen(fd, "w") as f:
+        f.write(PRELUDE)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, prelude)
+    fd, tmp = tempfile.mkstemp(dir=where, suffix=".gch")
+    os.close(fd)
+    try:
+        proc = subprocess.run([compiler, *flags, "-x", "c++-header", "-o", tmp, prelude], capture_output=True)
+        if proc.returncode != 0:
+            logger.debug("tilelang: no precompiled host header: %s", proc.stderr.decode(errors="replace")[-2000:])
+            return
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, prelude + ".gch")
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def include_flags(compiler: str, flags: list[str]) -> list[str]:
