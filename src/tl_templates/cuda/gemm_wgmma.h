@@ -2,8 +2,8 @@
 //
 // Warpgroups (4 warps, 128 threads) tile C as WgM x WgN; each computes its (M / WgM) x (N / WgN)
 // part with wgmma.m64nNk16, N = N / WgN, one instruction per 64 rows and 16 of K. The instructions
-// are CuTe's atoms (cute/arch/mma_sm90_gmma.hpp) as wgmma_atoms.h spells them, without CuTe's
-// headers. Shared operands are read through matrix descriptors, so they must be laid out as tilelang/layout/layout.py `gmma_panels` says: the
+// are CuTe's atoms (cute/arch/mma_sm90_gmma.hpp). Shared operands are read through matrix
+// descriptors, so they must be laid out as tilelang/layout/layout.py `gmma_panels` says: the
 // contiguous dimension cut into panels of P = 8 << Swz elements (128/64/32 bytes), each panel all
 // rows of P elements with the hardware's swizzle. C's register layout (tilelang/op/gemm_wgmma.py):
 //   row i, column j of a warpgroup's part: warp (i % 64) / 16, lane 4 * (i % 8) + (j % 8) / 2,
@@ -15,31 +15,21 @@
 // visible to the tensor cores (fence.proxy.async); tiles only the TMA unit writes need none.
 #pragma once
 
+#include <cute/arch/mma_sm90_gmma.hpp>
+#ifdef TL_WGMMA_EXTENDED_N
+#include <cute/arch/mma_sm90_gmma_ext.hpp>
+#endif
+
 #include <type_traits>
 #include <utility>
 
 #include "common.h"
-#include "wgmma_atoms.h"  // CuTe's atoms without CuTe's headers (a third of a GEMM's nvcc time)
 
 namespace tl {
 namespace wgmma_detail {
 
-using wgmma_atoms::Major;
-using wgmma_atoms::ScaleOut;
-
-// The group protocol around the instructions (PTX ISA, "Asynchronous Warpgroup Level Matrix
-// Multiply-Accumulate"): fence the registers before the first wgmma, commit the issued ones as a
-// group, wait until at most N groups are still running.
-TL_DEVICE void warpgroup_arrive() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-TL_DEVICE void warpgroup_commit_batch() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-TL_DEVICE void warpgroup_wait() {
-  static_assert(N >= 0 && N <= 7, "wgmma.wait_group takes 0 to 7");
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// An empty asm that reads and writes the register: accesses to it stay on their side of this point.
-TL_DEVICE void fence_register(uint32_t& reg) { asm volatile("" : "+r"(reg)::"memory"); }
-TL_DEVICE void fence_register(float& reg) { asm volatile("" : "+f"(reg)::"memory"); }
+using cute::SM90::GMMA::Major;
+using cute::SM90::GMMA::ScaleOut;
 
 // The CuTe atoms for one N and element types: `SS` (A from shared) and `RS` (A from registers).
 // 16-bit types read either operand K- or MN-major; tf32, fp8 and int8 read both K-major ("TN": the
@@ -51,28 +41,28 @@ struct Op;
 #define TL_WGMMA_OP(N, TA, TC, NAME)                                          \
   template <Major MA, Major MB>                                              \
   struct Op<N, TA, TC, MA, MB> {                                             \
-    using SS = wgmma_atoms::MMA_64x##N##x16_##NAME##_SS<MA, MB>;               \
-    using RS = wgmma_atoms::MMA_64x##N##x16_##NAME##_RS<Major::K, MB>;         \
+    using SS = cute::SM90::GMMA::MMA_64x##N##x16_##NAME##_SS<MA, MB>;        \
+    using RS = cute::SM90::GMMA::MMA_64x##N##x16_##NAME##_RS<Major::K, MB>;  \
   };
-#define TL_WGMMA_TN_OP(N, KI, TA, TC, NAME)                                   \
-  template <>                                                                 \
-  struct Op<N, TA, TC, Major::K, Major::K> {                                  \
-    using SS = wgmma_atoms::MMA_64x##N##x##KI##_##NAME##_SS_TN;               \
+#define TL_WGMMA_TN_OP(N, KI, TA, TC, NAME, TARGS)                                                                       \
+  template <>                                                                                                   \
+  struct Op<N, TA, TC, Major::K, Major::K> {                                                                    \
+    using SS = cute::SM90::GMMA::MMA_64x##N##x##KI##_##NAME##_SS_TN TARGS;                                        \
   };
 #define TL_WGMMA_TN_RS_OP(N, KI, TA, TC, NAME)                                 \
   template <>                                                                 \
   struct Op<N, TA, TC, Major::K, Major::K> {                                  \
-    using SS = wgmma_atoms::MMA_64x##N##x##KI##_##NAME##_SS_TN;               \
-    using RS = wgmma_atoms::MMA_64x##N##x##KI##_##NAME##_RS_TN;               \
+    using SS = cute::SM90::GMMA::MMA_64x##N##x##KI##_##NAME##_SS_TN<>;        \
+    using RS = cute::SM90::GMMA::MMA_64x##N##x##KI##_##NAME##_RS_TN<>;        \
   };
 #define TL_WGMMA_OPS(N)                                                   \
   TL_WGMMA_OP(N, half, float, F32F16F16)                                  \
   TL_WGMMA_OP(N, __nv_bfloat16, float, F32BF16BF16)                       \
   TL_WGMMA_OP(N, half, half, F16F16F16)                                   \
   TL_WGMMA_TN_RS_OP(N, 8, float, float, F32TF32TF32)                      \
-  TL_WGMMA_TN_OP(N, 32, __nv_fp8_e4m3, float, F32E4M3E4M3)                \
-  TL_WGMMA_TN_OP(N, 32, __nv_fp8_e5m2, float, F32E5M2E5M2)                \
-  TL_WGMMA_TN_OP(N, 32, int8_t, int, S32S8S8)
+  TL_WGMMA_TN_OP(N, 32, __nv_fp8_e4m3, float, F32E4M3E4M3, <>)            \
+  TL_WGMMA_TN_OP(N, 32, __nv_fp8_e5m2, float, F32E5M2E5M2, <>)            \
+  TL_WGMMA_TN_OP(N, 32, int8_t, int, S32S8S8, /* not a template */)
 TL_WGMMA_OPS(8)
 TL_WGMMA_OPS(16)
 TL_WGMMA_OPS(32)
@@ -196,7 +186,7 @@ TL_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta
 template <int Count, typename TC>
 TL_DEVICE void fence_operands(TC* c) {
 #pragma unroll
-  for (int i = 0; i < Count; ++i) fence_register(acc(c, i));
+  for (int i = 0; i < Count; ++i) cute::warpgroup_fence_operand(acc(c, i));
 }
 
 // K of one instruction: 32 bytes of A's row (16 halves, 8 tf32, 32 fp8/int8 elements).
@@ -247,7 +237,7 @@ TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C, int wg, bool clear = Cl
   const uint64_t db0 = descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, 0);
   if constexpr (Fence) fence_proxy_async();
   fence_operands<S::MI * S::Regs>(C);
-  warpgroup_arrive();
+  cute::warpgroup_arrive();
 #pragma unroll
   for (int kt = 0; kt < S::KT; ++kt) {
     const uint64_t db = step_b ? advance<!TransB, RowsB, SwzB, TB>(db0, 0, kt * KS)
@@ -261,8 +251,8 @@ TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C, int wg, bool clear = Cl
                    std::make_index_sequence<S::Regs>{});
     }
   }
-  warpgroup_commit_batch();
-  if constexpr (Wait >= 0) warpgroup_wait<Wait>();
+  cute::warpgroup_commit_batch();
+  if constexpr (Wait >= 0) cute::warpgroup_wait<Wait>();
   fence_operands<S::MI * S::Regs>(C);
 }
 
@@ -291,7 +281,7 @@ TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C, int wg, bool clear = Cl
   fence_operands<S::MI * S::KT * 4>(&a[0][0]);
   if constexpr (Fence) fence_proxy_async();
   fence_operands<S::MI * S::Regs>(C);
-  warpgroup_arrive();
+  cute::warpgroup_arrive();
 #pragma unroll
   for (int kt = 0; kt < S::KT; ++kt) {
     const uint64_t db = step_b ? advance<!TransB, RowsB, SwzB, TB>(db0, 0, kt * KS)
@@ -303,8 +293,8 @@ TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C, int wg, bool clear = Cl
                    std::make_index_sequence<S::Regs>{});
     }
   }
-  warpgroup_commit_batch();
-  if constexpr (Wait >= 0) warpgroup_wait<Wait>();
+  cute::warpgroup_commit_batch();
+  if constexpr (Wait >= 0) cute::warpgroup_wait<Wait>();
   fence_operands<S::MI * S::Regs>(C);
   fence_operands<S::MI * S::KT * 4>(&a[0][0]);
 }
@@ -316,19 +306,19 @@ template <int Count, typename T>
 TL_DEVICE void fence_registers(T* p) {
   if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
-    for (int i = 0; i < Count; ++i) wgmma_detail::fence_register(p[i]);
+    for (int i = 0; i < Count; ++i) cute::warpgroup_fence_operand(p[i]);
   } else {
     static_assert(Count * sizeof(T) % 4 == 0, "a register array is whole 32-bit registers");
     uint32_t* r = reinterpret_cast<uint32_t*>(p);
 #pragma unroll
-    for (int i = 0; i < Count * int(sizeof(T)) / 4; ++i) wgmma_detail::fence_register(r[i]);
+    for (int i = 0; i < Count * int(sizeof(T)) / 4; ++i) cute::warpgroup_fence_operand(r[i]);
   }
 }
 
 // Wait until at most `Pending` wgmma groups of this thread are still running (T.wait_wgmma).
 template <int Pending>
 TL_DEVICE void wgmma_wait() {
-  wgmma_detail::warpgroup_wait<Pending>();
+  cute::warpgroup_wait<Pending>();
 }
 
 }  // namespace tl
