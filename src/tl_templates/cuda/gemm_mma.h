@@ -1,7 +1,7 @@
 // Block-level GEMM on tensor cores with mma.sync (sm_80/sm_89/sm_90): C[M,N] += A[M,K] * B[K,N] for
-// one thread block, warps tiled WarpM x WarpN over C. The MMA instructions are CuTe's atoms
-// (cute/arch/mma_sm80.hpp, mma_sm89.hpp) with their assembly written out here: CuTe's headers (and
-// the libcu++ they pull in) cost 0.7 s of nvcc CPU per kernel, half of a GEMM's device compile.
+// one thread block, warps tiled WarpM x WarpN over C. Each MMA is one inline PTX mma.sync (PTX ISA,
+// "Warp-level matrix multiply-accumulate instructions"), written here rather than taken from a
+// library header: CuTe's headers (and the libcu++ they pull in) cost 0.7 s of nvcc CPU per kernel.
 // The register layouts below are the ones tilelang's layout inference assumes (tilelang/op/gemm.py):
 //   C element (i, j): warp (i / (M/WarpM), j / (N/WarpN)), lane 4 * (i % 8) + (j % 8) / 2,
 //   register ((mi * NI + ni) * 4 + 2 * ((i % 16) / 8) + j % 2) with mi, ni the 16x8 atom in the warp tile.
@@ -14,8 +14,8 @@
 namespace tl {
 namespace mma_detail {
 
-// One 16 x 8 x K atom per element-type triple: its K and how 32-bit registers pack elements. The asm
-// is CuTe's, operand for operand (volatile as CuTe has it: the sm_80 atoms are, the fp8 ones not).
+// One 16 x 8 x K atom per element-type triple: its K and how 32-bit registers pack elements, and its
+// mma.sync with the operands in the fragment order of the PTX ISA (A, B, then C; D written in place).
 template <typename TA, typename TB, typename TC>
 struct Atom;
 
@@ -68,7 +68,7 @@ template <>
 struct Atom<int8_t, int8_t, int> {
   static constexpr int K = 32;
   TL_DEVICE static void fma(int* c, const uint32_t* a, const uint32_t* b) {
-    uint32_t* d = reinterpret_cast<uint32_t*>(c);  // CuTe's atom takes the s32 accumulators as u32
+    uint32_t* d = reinterpret_cast<uint32_t*>(c);  // the asm operands are 32-bit registers: s32 accumulators passed as u32
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
         : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
