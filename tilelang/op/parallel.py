@@ -95,12 +95,19 @@ class LoopNode:
     @property
     def is_thread_local(self) -> bool:
         """Whether the nest stores only into buffers of each thread's own (`T.alloc_local`) and touches
-        no fragment: then every thread runs all of it (`lower_thread_local`), as the public TileLang
-        does; spread over the threads, each would fill only part of its own buffer. A call may
-        write through a pointer: one that passes a pointer to memory other than a local buffer
-        (an atomic on shared memory) keeps the loop spread."""
+        no fragment, or reads such a buffer along its own indices: then every thread runs all of it
+        (`lower_thread_local`), as the public TileLang does; spread over the threads, each would
+        fill only part of its own buffer, or store only part of it (`T.copy(local, Out[row, :])`,
+        each thread writing its own row). A call may write through a pointer: one that passes a
+        pointer to memory other than a local buffer (an atomic on shared memory) keeps the loop
+        spread, as does a loop reading a local buffer only at fixed indices (a broadcast)."""
         if self.accesses:
             return False
+        if any(
+            ld.source.scope() in ("local", "local.var") and any(v.same_as(x) for v in self.vars for i in ld.indices for x in collect(i, ir.Var))
+            for ld in collect(self.body, ir.TensorLoad)
+        ):
+            return True
         scopes = [st.buffer.scope() for st in collect(self.body, tirx.BufferStore)]
         scopes += [s for call in collect(self.body, ir.Call) for s in _pointer_scopes(call)]
         if not scopes:

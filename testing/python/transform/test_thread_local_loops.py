@@ -73,15 +73,61 @@ def test_every_thread_scales_all_of_its_own_values(target):
     cuda.compile_object(src, kernel.target)
 
 
-def test_a_loop_that_also_stores_to_shared_memory_stays_spread():
-    # (the guard) shared memory is the block's: the store to it is spread over the threads as before.
-    layouts = _loop_layouts(scale_local_values(store_to_shared=True))
-    assert sum(isinstance(lay, str) and lay == THREAD_LOCAL for lay in layouts) == 1
-    assert len(layouts) == 2
+def test_a_loop_storing_its_own_values_elsewhere_runs_whole_on_every_thread():
+    # Reading the thread's own buffer along the loop's index: spread over the threads, thread t would
+    # store only its value t (to shared memory, or through a call's pointer). Both loops are the
+    # thread's own, as a T.copy from a local buffer is in the public TileLang.
+    for kw in ({"store_to_shared": True}, {"pointer_to_shared": True}):
+        layouts = _loop_layouts(scale_local_values(**kw))
+        assert len(layouts) == 2 and all(isinstance(lay, str) and lay == THREAD_LOCAL for lay in layouts), kw
 
 
-def test_a_loop_passing_a_pointer_to_shared_memory_stays_spread():
-    # (the guard) a call may write through the pointer: the loop is not thread-local.
-    layouts = _loop_layouts(scale_local_values(pointer_to_shared=True))
-    assert sum(isinstance(lay, str) and lay == THREAD_LOCAL for lay in layouts) == 1
-    assert len(layouts) == 2
+def broadcast_local_value():
+    """A loop reading a local value at a fixed index (every iteration the same) into shared memory."""
+
+    @T.prim_func
+    def main(S: T.Tensor((128,), T.float16), B: T.Tensor((128,), T.float16)):
+        with T.Kernel(1, threads=128):
+            tx = T.get_thread_binding()
+            scale = T.alloc_local((1,), T.float16)
+            staged = T.alloc_shared((128,), T.float16)
+            scale[0] = S[tx]
+            for i in T.Parallel(128):
+                staged[i] = scale[0]
+            B[tx] = staged[tx]
+
+    return main
+
+
+def test_a_loop_reading_a_local_value_at_a_fixed_index_stays_spread():
+    # (the guard) a broadcast of one value into shared memory: the block's threads share the stores.
+    (layout,) = _loop_layouts(broadcast_local_value())
+    assert not isinstance(layout, str)
+
+
+def rows_from_local_buffers():
+    """Each thread fills its own local row and copies it to its row of the output (the public gemm_sp
+    compressor's last step: T.copy(sparse_local, nonzero[row, tn * 16 : (tn + 1) * 16]))."""
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 16), T.float16), B: T.Tensor((64, 16), T.float16)):
+        with T.Kernel(1, threads=64):
+            tx = T.get_thread_binding()
+            row = T.alloc_local((16,), T.float16)
+            for j in T.serial(16):
+                row[j] = A[tx, j] * T.float16(2)
+            T.copy(row, B[tx, 0:16])
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_a_copy_from_a_local_buffer_writes_the_whole_buffer_from_every_thread(target):
+    kernel = tilelang.compile(rows_from_local_buffers(), target=target)
+    src = kernel.get_kernel_source()
+    # Every thread stores all 16 of its values to its own row (before: thread t < 16 stored value t
+    # of its buffer at a column computed from t, and 99.9% of the compressed matrix was wrong).
+    stores = [line for line in src.splitlines() if "B_ptr[" in line]
+    assert stores and all("row_ptr[" in line for line in stores)
+    assert "threadIdx.x) < 16" not in src
+    cuda.compile_object(src, kernel.target)
