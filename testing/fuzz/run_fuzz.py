@@ -142,7 +142,8 @@ def run_case(family, args, target, compile_only):
     got = out.float() if hasattr(out, "float") else out
     bad = ~((got - ref.float()).abs() <= atol + rtol * ref.float().abs())
     if bad.any():
-        return "wrong", f"{int(bad.sum())} of {bad.numel()} elements, max err {float((got - ref.float()).abs().max()):.3g}"
+        worst = float((got - ref.float()).abs().max())
+        return "wrong", f"{int(bad.sum())} of {bad.numel()} elements, max err {worst:.3g}"
     return "ok", ""
 
 

@@ -103,10 +103,12 @@ class LoopNode:
         spread, as does a loop reading a local buffer only at fixed indices (a broadcast)."""
         if self.accesses:
             return False
-        if any(
-            ld.source.scope() in ("local", "local.var") and any(v.same_as(x) for v in self.vars for i in ld.indices for x in collect(i, ir.Var))
-            for ld in collect(self.body, ir.TensorLoad)
-        ):
+        def along_the_loop(load):
+            used = [x for i in load.indices for x in collect(i, ir.Var)]
+            return any(v.same_as(x) for v in self.vars for x in used)
+
+        local_loads = [ld for ld in collect(self.body, ir.TensorLoad) if ld.source.scope() in ("local", "local.var")]
+        if any(along_the_loop(ld) for ld in local_loads):
             return True
         scopes = [st.buffer.scope() for st in collect(self.body, tirx.BufferStore)]
         scopes += [s for call in collect(self.body, ir.Call) for s in _pointer_scopes(call)]

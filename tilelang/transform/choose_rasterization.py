@@ -56,7 +56,8 @@ def _gemm_shaped(kernel, bx, by) -> bool:
 
 def _order_matters(kernel) -> bool:
     """A spin loop or a grid-wide barrier: blocks may wait for blocks launched before them."""
-    return bool(collect(kernel, tirx.While)) or any(extern_name(s) == "tl::sync_grid" for s in collect(kernel, tirx.Evaluate))
+    grid_barrier = any(extern_name(s) == "tl::sync_grid" for s in collect(kernel, tirx.Evaluate))
+    return bool(collect(kernel, tirx.While)) or grid_barrier
 
 
 def choose_rasterization(func: tirx.PrimFunc) -> tirx.PrimFunc:
@@ -94,7 +95,8 @@ def choose_rasterization(func: tirx.PrimFunc) -> tirx.PrimFunc:
             PANEL,
         )
         call = tirx.Evaluate(base.make_call(NAME, [tirx.const(PANEL, "int32"), tirx.const(0, "int32")]))
-        swap[node] = tirx.AttrStmt(node.node, node.attr_key, node.value, tirx.SeqStmt([call, node.body]), span=node.span)
+        body = tirx.SeqStmt([call, node.body])
+        swap[node] = tirx.AttrStmt(node.node, node.attr_key, node.value, body, span=node.span)
     if not swap:
         return func
 

@@ -37,6 +37,10 @@ from tilelang.transform.pipelining.schedule import versioned
 from tilelang.utils.ir import extern, seq
 
 
+def _commit():
+    return extern("tl::cp_async_commit")
+
+
 def _as_async(stmt):
     return tirx.Evaluate(base.parse(stmt).issued_async(), span=stmt.span)
 
@@ -55,9 +59,7 @@ def _build(loop, stages: int, plan, versions: dict):
         0,
         stages - 1,
         tirx.ForKind.UNROLLED,
-        seq(
-            [tirx.IfThenElse(i < n, seq([produce(p, start + i) for p in producers]), None), extern("tl::cp_async_commit")]
-        ),
+        seq([tirx.IfThenElse(i < n, seq([produce(p, start + i) for p in producers]), None), _commit()]),
     )
     ahead = k + (stages - 1)
     body = [intrinsics.CP_ASYNC_WAIT.stmt({"pending": stages - 2}), extern("__syncthreads")]

@@ -42,7 +42,9 @@ def _attention_like():
     """Both loads move with blockIdx.y (the head), the queries with blockIdx.x: not a GEMM grid."""
 
     @T.prim_func
-    def main(Q: T.Tensor((4, 512, 64), "float16"), K: T.Tensor((4, 512, 64), "float16"), O: T.Tensor((4, 512, 64), "float")):
+    def main(
+        Q: T.Tensor((4, 512, 64), "float16"), K: T.Tensor((4, 512, 64), "float16"), O: T.Tensor((4, 512, 64), "float")
+    ):
         with T.Kernel(4, 4, threads=128) as (bx, by):
             Q_s = T.alloc_shared((128, 64), "float16")
             K_s = T.alloc_shared((64, 64), "float16")
