@@ -13,6 +13,8 @@ import tvm
 import tvm_ffi
 from tvm import ir, sym, tirx
 
+from tilelang.layout.fragment import substitute
+
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
 
@@ -36,6 +38,18 @@ def allocate_at_kernel_top(attr, buffers):
         return attr
     body = tirx.SeqStmt([tirx.AllocBuffer(b) for b in buffers] + [attr.body])
     return tirx.AttrStmt(attr.node, attr.attr_key, attr.value, body, span=attr.span)
+
+
+def inline_bindings(stmts) -> list:
+    """`stmts` without their `x = value` bindings, each value put in place of its name in the
+    statements after it (a value may use names bound before it)."""
+    out, mapping = [], {}
+    for s in stmts:
+        if isinstance(s, tirx.Bind):
+            mapping[s.var] = substitute(s.value, mapping)
+            continue
+        out.append(substitute(s, mapping) if mapping else s)
+    return out
 
 
 class Scope:

@@ -28,10 +28,9 @@ from __future__ import annotations
 
 from tvm import ir, sym, tirx
 
-from tilelang.layout.fragment import substitute
 from tilelang.op import fill
 from tilelang.op.loops import is_parallel
-from tilelang.transform.common import Scope, mutate_with_scope
+from tilelang.transform.common import Scope, inline_bindings, mutate_with_scope
 from tilelang.utils.ir import collect, const_int, is_if_then_else
 
 _FALSE = tirx.const(False, "bool")
@@ -123,13 +122,8 @@ def _inline_bindings(body):
     `body` itself when it is not bindings followed by one store."""
     if not isinstance(body, tirx.SeqStmt):
         return body
-    *binds, last = list(body.seq)
-    if not binds or not all(isinstance(b, tirx.Bind) for b in binds) or not isinstance(last, tirx.BufferStore):
-        return body
-    values = {}
-    for b in binds:
-        values[b.var] = substitute(b.value, values)
-    return tirx.BufferStore(last.buffer, substitute(last.value, values), last.indices, span=last.span)
+    stmts = inline_bindings(body.seq)
+    return stmts[0] if len(stmts) == 1 and isinstance(stmts[0], tirx.BufferStore) else body
 
 
 def _fill(buf, value, span):

@@ -8,6 +8,7 @@ from tvm import tirx
 import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
+from tilelang.transform.common import inline_bindings
 from tilelang.transform.pipelining import infer_stages, schedule
 from tilelang.transform.select_gemm_instructions import select_gemm_instructions
 from tilelang.utils.target import determine_target
@@ -72,7 +73,7 @@ def _stages(func):
     loops = []
     tvm_ffi.structural_walk(func.body, [(tirx.For, lambda f: loops.append(f) if schedule.stages_of(f) else None)])
     (loop,) = loops
-    return infer_stages.attention_stages(schedule._inline_binds(schedule._statements(loop.body)))
+    return infer_stages.attention_stages(inline_bindings(schedule._statements(loop.body)))
 
 
 def test_an_attention_loop_gets_the_flash_attention_3_split():

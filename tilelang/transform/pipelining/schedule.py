@@ -22,10 +22,9 @@ import tvm_ffi
 from tvm import ir, tirx
 
 from tilelang.errors import at_span
-from tilelang.layout.fragment import substitute
 from tilelang.layout.layout import Layout, shared_layout_from_ir, shared_layout_to_ir
 from tilelang.options import CompileOptions
-from tilelang.transform.common import Scope, mutate_with_scope
+from tilelang.transform.common import Scope, inline_bindings, mutate_with_scope
 from tilelang.transform.infer_layout import ANNOTATED_LAYOUTS
 from tilelang.transform.pipelining import checks, infer_stages
 from tilelang.transform.pipelining.checks import load_of, written
@@ -38,17 +37,6 @@ CP_ASYNC, TMA, TMA_WS = "cp_async", "tma", "tma_ws"
 
 def _statements(body):
     return list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
-
-
-def _inline_binds(stmts):
-    """Substitute `x = value` bindings into the statements after them (they belong to both stages)."""
-    out, mapping = [], {}
-    for s in stmts:
-        if isinstance(s, tirx.Bind):
-            mapping[s.var] = substitute(s.value, mapping)
-            continue
-        out.append(substitute(s, mapping) if mapping else s)
-    return out
 
 
 def versioned(stmt, buffers: dict, version):
@@ -139,7 +127,7 @@ def schedule(loop) -> Plan:
     iteration behind those in stage 0 (FlashAttention's P·V of iteration k - 1 beside the softmax of
     iteration k). In the older form without -1, statements in a stage below the largest are the
     producers."""
-    stmts = _inline_binds(_statements(loop.body))
+    stmts = inline_bindings(_statements(loop.body))  # (the bindings belong to every stage)
     position = list(range(len(stmts)))
     cstage = [0] * len(stmts)
     schedule = _user_schedule(loop, len(stmts))
