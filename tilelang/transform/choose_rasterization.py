@@ -27,7 +27,7 @@ import tvm_ffi
 from tvm import ir, tirx
 
 from tilelang.op import base
-from tilelang.transform.common import is_innermost_thread_extent, is_thread_extent
+from tilelang.transform.common import is_innermost_thread_extent, is_thread_extent, kernels
 from tilelang.transform.pipelining.checks import load_of
 from tilelang.transform.pipelining.wgmma_waits import mma_of
 from tilelang.transform.rasterize_blocks import NAME
@@ -37,8 +37,9 @@ logger = logging.getLogger("tilelang")
 PANEL = 8  # grid rows per panel: the best of 4/8/16 for the GEMMs of benchmark/matmul on the H200
 
 
-def _uses(node, var) -> bool:
-    return any(v.same_as(var) for v in collect(node, ir.Var))
+def _moves_along(load, var) -> bool:
+    """Whether the copy's source tile starts at an index that uses `var`."""
+    return any(v.same_as(var) for start in load.src.starts for v in collect(start, ir.Var))
 
 
 def _gemm_shaped(kernel, bx, by) -> bool:
@@ -46,9 +47,9 @@ def _gemm_shaped(kernel, bx, by) -> bool:
         stmts = collect(loop.body, tirx.Evaluate)
         if not any(mma_of(s) is not None for s in stmts):
             continue
-        starts = [tirx.SeqStmt([tirx.Evaluate(x) for x in load_of(s).src.starts]) for s in stmts if load_of(s)]
-        along_x = any(_uses(s, bx) and not _uses(s, by) for s in starts)
-        along_y = any(_uses(s, by) and not _uses(s, bx) for s in starts)
+        loads = [load_of(s) for s in stmts if load_of(s) is not None]
+        along_x = any(_moves_along(ld, bx) and not _moves_along(ld, by) for ld in loads)
+        along_y = any(_moves_along(ld, by) and not _moves_along(ld, bx) for ld in loads)
         if along_x and along_y:
             return True
     return False
@@ -61,17 +62,8 @@ def _order_matters(kernel) -> bool:
 
 
 def choose_rasterization(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    kernels = []
-
-    def on_kernel(attr):
-        if is_thread_extent(attr, "blockIdx"):
-            kernels.append(attr)
-            return tvm_ffi.WalkResult.SKIP
-        return None
-
-    tvm_ffi.structural_walk(func.body, [(tirx.AttrStmt, on_kernel)], order="pre")
     swap = {}
-    for kernel in kernels:
+    for kernel in kernels(func.body):
         blocks, extents, node = {}, {}, kernel
         while is_thread_extent(node):
             blocks[node.node.thread_tag] = node.node.var

@@ -40,6 +40,20 @@ def allocate_at_kernel_top(attr, buffers):
     return tirx.AttrStmt(attr.node, attr.attr_key, attr.value, body, span=attr.span)
 
 
+def kernels(body) -> list:
+    """The outermost thread-extent statements: the kernels (`T.Kernel`), each whole."""
+    found = []
+
+    def on_attr(node):
+        if node.attr_key == "thread_extent":
+            found.append(node)
+            return tvm_ffi.WalkResult.SKIP
+        return None
+
+    tvm_ffi.structural_walk(body, [(tirx.AttrStmt, on_attr)], order="pre")
+    return found
+
+
 def inline_bindings(stmts) -> list:
     """`stmts` without their `x = value` bindings, each value put in place of its name in the
     statements after it (a value may use names bound before it)."""

@@ -51,7 +51,7 @@ import tvm_ffi
 from tvm import ir, tirx
 
 from tilelang.layout.fragment import substitute
-from tilelang.transform.common import collect
+from tilelang.transform.common import collect, kernels
 from tilelang.utils.ir import const_int
 
 _BINDING = "tl.binding"
@@ -155,7 +155,7 @@ def _expose_addresses(func, tiles):
 def _pad_small_tiles(func):
     """(3): tiles of 32 bits or fewer allocated 64 bits, in kernels with other tiles of their scope."""
     swap = {}
-    for kernel in _kernels(func.body):
+    for kernel in kernels(func.body):
         allocs = [st.buffer for st in collect(kernel, tirx.AllocBuffer) if st.buffer.scope() in _SHARED]
         for b in allocs:
             bits = tvm.DataType(str(b.dtype)).bits * tvm.DataType(str(b.dtype)).lanes
@@ -164,20 +164,6 @@ def _pad_small_tiles(func):
             if size is not None and size * bits <= 32 and others:
                 swap[b] = tirx.decl_buffer((64 // bits,), str(b.dtype), b.name, scope=b.scope())
     return func.with_body(substitute(func.body, swap)) if swap else func
-
-
-def _kernels(body) -> list:
-    """The outermost thread-extent statements: the kernels, as TVM's merge takes them one by one."""
-    found = []
-
-    def on_attr(node):
-        if node.attr_key == "thread_extent":
-            found.append(node)
-            return tvm_ffi.WalkResult.SKIP
-        return None
-
-    tvm_ffi.structural_walk(body, [(tirx.AttrStmt, on_attr)], order="pre")
-    return found
 
 
 def restore_after_merge(func: tirx.PrimFunc) -> tirx.PrimFunc:
