@@ -37,10 +37,6 @@ from tilelang.transform.pipelining.schedule import versioned
 from tilelang.utils.ir import extern, seq
 
 
-def _commit():
-    return extern("tl::cp_async_commit")
-
-
 def _as_async(stmt):
     return tirx.Evaluate(base.parse(stmt).issued_async(), span=stmt.span)
 
@@ -54,13 +50,8 @@ def _build(loop, stages: int, plan, versions: dict):
         return _as_async(versioned(substitute(p, {k: i}), versions, tirx.floormod(i, s)))
 
     i = tirx.Var("stage", "int32")
-    prologue = tirx.For(
-        i,
-        0,
-        stages - 1,
-        tirx.ForKind.UNROLLED,
-        seq([tirx.IfThenElse(i < n, seq([produce(p, start + i) for p in producers]), None), _commit()]),
-    )
+    issue = tirx.IfThenElse(i < n, seq([produce(p, start + i) for p in producers]), None)
+    prologue = tirx.For(i, 0, stages - 1, tirx.ForKind.UNROLLED, seq([issue, extern("tl::cp_async_commit")]))
     ahead = k + (stages - 1)
     body = [intrinsics.CP_ASYNC_WAIT.stmt({"pending": stages - 2}), extern("__syncthreads")]
     is_producer = [any(st.same_as(p) for p in producers) for st in ordered]
