@@ -29,9 +29,11 @@ from skinny_common import PEAK_HBM_GBS, gbs, num_sms, randn, ref_matmul  # noqa:
 
 from tilelang.profiler import do_bench_in_turn  # noqa: E402
 
-# GEMV tiles (block_N, block_K, threads): each thread loads block_N * block_K / threads fp16 per
-# K step, 4 or 8 loads of 128 bits; fewer rows per block read x more often, more rows make fewer blocks.
-GEMV_CONFIGS = [(4, 1024, 128), (2, 2048, 128), (8, 512, 128), (8, 1024, 128), (8, 1024, 256), (4, 2048, 256)]
+# GEMV tiles (block_N, block_K, threads, prefetch): each thread loads block_N * block_K / threads fp16
+# per K step, 4 or 8 loads of 128 bits; fewer rows per block read x more often, more rows make fewer
+# blocks; prefetch issues the next step's loads before this step's multiply-adds.
+GEMV_TILES = [(4, 1024, 128), (2, 2048, 128), (8, 512, 128), (8, 1024, 128), (8, 1024, 256), (4, 2048, 256)]
+GEMV_CONFIGS = [(*tile, prefetch) for prefetch in (False, True) for tile in GEMV_TILES]
 # (N, K): square decode projections and a Llama-3-8B-sized MLP's up (14336 x 4096) and down (4096 x 14336).
 GEMV_SHAPES = [(4096, 4096), (8192, 8192), (16384, 16384), (14336, 4096), (4096, 14336)]
 # (M, N, K): a few decode tokens through the same kind of layers.
@@ -85,14 +87,14 @@ def bench_splitk(M, N, K, sms):
 
 
 def print_gemv(rows):
-    print(f"GEMV y = A @ x, fp16, HBM peak {PEAK_HBM_GBS} GB/s; best tile of {GEMV_CONFIGS}")
+    print(f"GEMV y = A @ x, fp16, HBM peak {PEAK_HBM_GBS} GB/s; best of the tiles {GEMV_TILES}, prefetch or not")
     print(
-        f"{'N':>6} {'K':>6} {'best tile':>16} {'ours us':>8} {'GB/s':>6} {'%peak':>6} "
+        f"{'N':>6} {'K':>6} {'best tile, prefetch':>26} {'ours us':>8} {'GB/s':>6} {'%peak':>6} "
         f"{'matmul us':>9} {'GB/s':>6} {'linear us':>9} {'GB/s':>6} {'vs matmul':>9} {'vs linear':>9}"
     )
     for N, K, tile, ours, mv, linear, moved in rows:
         print(
-            f"{N:6d} {K:6d} {str(tile):>16} {ours * 1e3:8.1f} {gbs(moved, ours):6.0f} "
+            f"{N:6d} {K:6d} {str(tile):>26} {ours * 1e3:8.1f} {gbs(moved, ours):6.0f} "
             f"{gbs(moved, ours) / PEAK_HBM_GBS:6.1%} {mv * 1e3:9.1f} {gbs(moved, mv):6.0f} "
             f"{linear * 1e3:9.1f} {gbs(moved, linear):6.0f} {mv / ours:9.3f} {linear / ours:9.3f}"
         )

@@ -10,17 +10,18 @@ from tilelang.codegen import cuda
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("prefetch", [False, True])
 @pytest.mark.parametrize(
     "N,K,block_N,block_K,threads",
     [
         (1024, 2048, 4, 1024, 128),
         (1000, 1000, 4, 1024, 128),  # partial row block and K step: zeros loaded past the edges
         (512, 4096, 2, 2048, 128),
-        (768, 3072, 8, 1024, 256),
+        (768, 3000, 8, 1024, 256),  # a partial last K step after whole ones
     ],
 )
-def test_gemv(N, K, block_N, block_K, threads):
-    example_gemv.main(N, K, block_N, block_K, threads)
+def test_gemv(N, K, block_N, block_K, threads, prefetch):
+    example_gemv.main(N, K, block_N, block_K, threads, prefetch)
 
 
 @pytest.mark.gpu
@@ -55,13 +56,16 @@ def _compiled_source(func, arch):
     return src
 
 
+@pytest.mark.parametrize("prefetch", [False, True])
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_gemv_generated_cuda(arch):
-    src = _compiled_source(example_gemv.gemv.factory(4096, 4096, 4, 1024, 128), arch)
+def test_gemv_generated_cuda(arch, prefetch):
+    src = _compiled_source(example_gemv.gemv.factory(4096, 4096, 4, 1024, 128, prefetch), arch)
     # Rows of A read with 128-bit loads, 8 fp16 per thread, and x with the same loads.
     assert "*(uint4*)(A_ptr + " in src and "*(uint4*)(x_ptr + " in src
     # The rows' partial sums: warp shuffles, then across the 4 warps through shared memory.
     assert "tl::shfl_xor" in src and "__syncthreads();" in src
+    # With prefetch, the next step's tile goes to a second set of registers (none without it).
+    assert ("a_next_local_ptr[r_2] = *(uint4*)(A_ptr + " in src) == prefetch
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
