@@ -1,9 +1,10 @@
 """fp8 GEMM throughput of tilelang's examples beside cuBLASLt (torch._scaled_mm), same run.
 
 Two kernels, both e4m3 with A (M x K) and B (N x K) K-major, bf16 output:
-- per-tensor scales (examples/gemm_fp8/example_gemm_fp8.py), beside cuBLASLt's per-tensor fp8
-  GEMM with fast accumulation (`use_fast_accum=True`: the tensor cores' own accumulation, as ours)
-  and, for reference, with cuBLASLt's periodic promotion to fp32 (`use_fast_accum=False`);
+- per-tensor scales (examples/gemm_fp8/example_gemm_fp8.py, its tiled and persistent kernels),
+  beside cuBLASLt's per-tensor fp8 GEMM with fast accumulation (`use_fast_accum=True`: the tensor
+  cores' own accumulation, as ours) and, for reference, with cuBLASLt's periodic promotion to fp32
+  (`use_fast_accum=False`);
 - 1 x 128 / 128 x 128 block scales (example_gemm_fp8_blockscale.py, DeepGEMM's promotion every
   K block), beside cuBLASLt's block-scaled GEMM where torch and CUDA offer it (CUDA 12.9+, sm_90)
   and the per-tensor cuBLASLt figure as the bound (same tensor-core work, no scales to apply).
@@ -25,7 +26,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "gemm_fp8"))
-from example_gemm_fp8 import gemm_fp8  # noqa: E402
+from example_gemm_fp8 import gemm_fp8, gemm_fp8_persistent  # noqa: E402
 from example_gemm_fp8_blockscale import gemm_fp8_blockscale  # noqa: E402
 from fp8_quant import (  # noqa: E402
     BLOCK,
@@ -40,15 +41,19 @@ from fp8_quant import (  # noqa: E402
 from tilelang import env  # noqa: E402
 from tilelang.profiler import do_bench_in_turn  # noqa: E402
 
-# Per-tensor: (block_M, block_N, block_K, threads, num_stages, rasterization panel). 128-byte fp8
-# rows (block_K = 128) for the widest swizzle; 128 x 256 over two consumer warpgroups, as the fp16
-# GEMM's best (benchmark/matmul), with 4 stages the C tile goes out without staging in shared memory.
+# Per-tensor: (kernel, block_M, block_N, block_K, threads, num_stages, rasterization panel or, for
+# the persistent kernel, tile rows per group). 128-byte fp8 rows (block_K = 128) for the widest
+# swizzle; 128 x 256 over two consumer warpgroups, as the fp16 GEMM's best (benchmark/matmul). With
+# 4 stages the C tile goes out without staging in shared memory (no room left); the persistent
+# kernel's producer loads the next tile during this one's epilogue.
 PER_TENSOR_CONFIGS = [
-    (128, 256, 128, 256, 3, 8),
-    (128, 256, 128, 256, 4, 8),
-    (128, 256, 128, 256, 3, 16),
-    (256, 128, 128, 256, 3, 8),
-    (128, 128, 128, 256, 5, 8),
+    ("tiles", 128, 256, 128, 256, 3, 8),
+    ("tiles", 128, 256, 128, 256, 4, 8),
+    ("tiles", 128, 256, 128, 256, 3, 16),
+    ("tiles", 256, 128, 128, 256, 3, 8),
+    ("tiles", 128, 128, 128, 256, 5, 8),
+    ("persistent", 128, 256, 128, 256, 4, 8),
+    ("persistent", 128, 256, 128, 256, 3, 8),
 ]
 # Block scales: (block_M, block_N, threads, num_stages, panel); block_K is the scale block, 128.
 # Two fp32 accumulators per thread bound the tile: 128 x 128 over two warpgroups (they take turns
@@ -78,38 +83,50 @@ def save_cache(cache):
     os.replace(CACHE + ".tmp", CACHE)
 
 
-def scaled_mm_block(a, scales_a, b, scales_b):
-    """cuBLASLt's 1x128 / 128x128 block-scaled GEMM through torch (A's scales outer-dim-major)."""
-    return torch._scaled_mm(a, b.T, scales_a.T.contiguous().T, scales_b.T, out_dtype=torch.bfloat16)
-
-
 def inputs(M, N, K):
-    """Both kernels' operands from the same random A and B."""
+    """Both kernels' operands from the same random A and B: {kind: (a, scale(s)_a, b, scale(s)_b)},
+    the block scales as fp8_quant makes them, A's (M, K/128) and B's (N/128, K/128)."""
     a, b = torch.randn(M, K, device="cuda"), torch.randn(N, K, device="cuda")
-    pt = (*quantize_per_tensor(a), *quantize_per_tensor(b))  # a, scale_a, b, scale_b
-    bs = (*quantize_1x128(a), *quantize_128x128(b))  # a, scales_a (M, K/128), b, scales_b
-    return pt, bs
+    return {
+        "per-tensor": (*quantize_per_tensor(a), *quantize_per_tensor(b)),
+        "blockscale": (*quantize_1x128(a), *quantize_128x128(b)),
+    }
 
 
-def compile_checked(kind, config, shape, check):
-    """Compile one configuration and check it on `check` (fresh inputs with their reference)."""
+def kernel_args(kind, operands):
+    """A kernel's arguments, laid out before any timing: the block-scale kernel takes A's scales
+    K-block-major, (K/128, M)."""
+    a, sa, b, sb = operands
+    return (a, b, sa, sb) if kind == "per-tensor" else (a, b, sa.T.contiguous(), sb)
+
+
+def cublas_args(kind, operands):
+    """torch._scaled_mm's arguments: B as a K x N column-major view; block scales A's outer-dim-major
+    (M, K/128) and B's as (K/128, N/128)."""
+    a, sa, b, sb = operands
+    return (a, b.T, sa, sb) if kind == "per-tensor" else (a, b.T, sa.T.contiguous().T, sb.T)
+
+
+def compile_checked(kind, config, shape, operands, ref):
+    """Compile one configuration and check it on `operands` (fresh ones) against `ref`."""
     M, N, K = shape
     if kind == "per-tensor":
-        bm, bn, bk, threads, stages, panel = config
-        kernel = gemm_fp8(M, N, K, bm, bn, bk, "bfloat16", threads, stages, panel)
-        run = lambda a, sa, b, sb: kernel(a, b, sa, sb)  # noqa: E731
+        which, bm, bn, bk, threads, stages, panel = config
+        if which == "persistent":
+            num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+            kernel = gemm_fp8_persistent(M, N, K, num_sms, bm, bn, bk, "bfloat16", threads, stages, panel)
+        else:
+            kernel = gemm_fp8(M, N, K, bm, bn, bk, "bfloat16", threads, stages, panel)
     else:
         bm, bn, threads, stages, panel = config
         kernel = gemm_fp8_blockscale(M, N, K, bm, bn, "bfloat16", threads, stages, panel)
-        run = lambda a, sa, b, sb: kernel(a, b, sa.T.contiguous(), sb)  # noqa: E731
-    args, ref = check
-    out = run(*args)
+    out = kernel(*kernel_args(kind, operands))
     # The per-tensor kernel leaves the whole K to the tensor cores' accumulation.
     assert_close(out, ref, tensor_core_depth=K if kind == "per-tensor" else BLOCK)
     # A later configuration that wrote nothing must not pass on this buffer, recycled by torch.
     out.zero_()
     del out
-    return run
+    return kernel
 
 
 def bench_shape(shape, configs):
@@ -117,39 +134,39 @@ def bench_shape(shape, configs):
     Returns ({kind: best config}, {name: TFLOP/s}, {(kind, config): compile seconds}); a
     configuration that fails to compile or to match the reference is reported and left out."""
     M, N, K = shape
-    (pt, bs), (pt_check, bs_check) = inputs(M, N, K), inputs(M, N, K)
-    checks = {
-        "per-tensor": (pt_check, reference_per_tensor(*pt_check)),
-        "blockscale": (bs_check, reference_blockscale(*bs_check)),
+    timed, check = inputs(M, N, K), inputs(M, N, K)
+    refs = {
+        "per-tensor": reference_per_tensor(*check["per-tensor"]),
+        "blockscale": reference_blockscale(*check["blockscale"]),
     }
-    timed_inputs = {"per-tensor": pt, "blockscale": bs}
     fns, compile_s, ok = {}, {}, {kind: [] for kind in configs}
     for kind, group in configs.items():
+        args = kernel_args(kind, timed[kind])
         for config in group:
             start = time.time()
             try:
-                run = compile_checked(kind, config, shape, checks[kind])
+                kernel = compile_checked(kind, config, shape, check[kind], refs[kind])
             except Exception as e:  # noqa: BLE001 (reported, and the other configurations still run)
                 print(f"{kind} {shape} {config} left out: {type(e).__name__}: {str(e)[:300]}")
                 continue
             compile_s[(kind, config)] = time.time() - start
-            fns[(kind, config)] = functools.partial(run, *timed_inputs[kind])
+            fns[(kind, config)] = functools.partial(kernel, *args)
             ok[kind].append(config)
-    del checks
-    torch.cuda.empty_cache()
-    a, sa, b, sb = pt
-    ca, csa, cb, csb = pt_check
     # cuBLASLt checked too (the operands' layout as passed; its accumulation allowed the whole K).
-    cublas = torch._scaled_mm(ca, cb.T, csa, csb, out_dtype=torch.bfloat16)
-    assert_close(cublas, reference_per_tensor(*pt_check), tensor_core_depth=K)
-    fns["cuBLASLt"] = functools.partial(torch._scaled_mm, a, b.T, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)
-    fns["cuBLASLt promoted"] = functools.partial(torch._scaled_mm, a, b.T, sa, sb, out_dtype=torch.bfloat16)
+    scaled_mm = functools.partial(torch._scaled_mm, out_dtype=torch.bfloat16)
+    assert_close(scaled_mm(*cublas_args("per-tensor", check["per-tensor"])), refs["per-tensor"], tensor_core_depth=K)
+    pt = cublas_args("per-tensor", timed["per-tensor"])
+    fns["cuBLASLt"] = functools.partial(scaled_mm, *pt, use_fast_accum=True)
+    fns["cuBLASLt promoted"] = functools.partial(scaled_mm, *pt)
     try:  # needs CUDA 12.9+ and sm_90
-        assert_close(scaled_mm_block(*bs_check), reference_blockscale(*bs_check), tensor_core_depth=K)
-        fns["cuBLASLt block"] = functools.partial(scaled_mm_block, *bs)
+        out = scaled_mm(*cublas_args("blockscale", check["blockscale"]))
+        assert_close(out, refs["blockscale"], tensor_core_depth=K)
+        fns["cuBLASLt block"] = functools.partial(scaled_mm, *cublas_args("blockscale", timed["blockscale"]))
     except (RuntimeError, AssertionError) as e:
         print(f"cuBLASLt's block-scaled GEMM not timed: {str(e).strip().splitlines()[0][:200]}")
         fns["cuBLASLt block"] = None
+    del refs, check
+    torch.cuda.empty_cache()
     ms = do_bench_in_turn(fns, rounds=3, rep=60)
     tflops = {name: 2 * M * N * K / t / 1e9 for name, t in ms.items()}
     best = {kind: max(group, key=lambda c: tflops[(kind, c)]) for kind, group in ok.items() if group}
@@ -188,12 +205,12 @@ def main():
     print("blockscale rows: cuBLASLt = its 1x128/128x128 block-scaled GEMM (nan: not available here), and")
     print("'/ pt' = the ratio to the per-tensor fast-accumulation figure, the bound for block scales.")
     print(
-        f"{'kernel':10} {'M':>5} {'N':>6} {'K':>6} {'best config':>28} {'tilelang':>8} {'cuBLASLt':>8} "
+        f"{'kernel':10} {'M':>5} {'N':>6} {'K':>6} {'best config':>40} {'tilelang':>8} {'cuBLASLt':>8} "
         f"{'ratio':>6} {'pt fast':>7} {'/ pt':>6} {'pt promoted':>11} {'compile s':>9}"
     )
     for kind, M, N, K, config, ours, theirs, pt_fast, pt_promoted, comp in rows:
         print(
-            f"{kind:10} {M:5d} {N:6d} {K:6d} {str(config):>28} {ours:8.0f} {theirs:8.0f} {ours / theirs:6.3f} "
+            f"{kind:10} {M:5d} {N:6d} {K:6d} {str(config):>40} {ours:8.0f} {theirs:8.0f} {ours / theirs:6.3f} "
             f"{pt_fast:7.0f} {ours / pt_fast:6.3f} {pt_promoted:11.0f} {comp:9.1f}"
         )
 

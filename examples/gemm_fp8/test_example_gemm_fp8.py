@@ -37,6 +37,20 @@ def test_gemm_fp8(M, N, K, block_M, block_N, block_K, threads, stages, out_dtype
 @pytest.mark.gpu
 @requires_cuda_compute_version_ge(8, 9)
 @pytest.mark.parametrize(
+    "M,N,K,stages",
+    [
+        (1024, 1024, 512, 4),  # fewer tiles than SMs: one tile per block
+        (4096, 4096, 512, 3),  # several tiles per block, the loads running on into the next tile
+        (1000, 1000, 1000, 3),  # partial tiles
+    ],
+)
+def test_gemm_fp8_persistent(M, N, K, stages):
+    example_gemm_fp8.main(M, N, K, 128, 256, 128, 256, stages, "bfloat16", persistent=True)
+
+
+@pytest.mark.gpu
+@requires_cuda_compute_version_ge(8, 9)
+@pytest.mark.parametrize(
     "M,N,K,block_M,block_N,threads,stages,out_dtype",
     [
         (512, 512, 512, 128, 128, 256, 4, "bfloat16"),  # the benchmark's tile
@@ -77,6 +91,18 @@ def test_per_tensor_sm90a_is_wgmma_on_e4m3_fed_by_tma():
     assert "tl::tma_load(A_tma" in src and "tl::tma_load(B_tma" in src and "tl::setmaxnreg_dec" in src
     # Two consumer warpgroups of 64 rows, each one m64n256k32 instruction per 32 of K.
     assert _mma_instructions(_ptx(k)) == ["wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3"]
+
+
+def test_persistent_runs_its_producer_into_the_next_tile():
+    f = example_gemm_fp8.gemm_fp8_persistent.factory(4096, 4096, 4096, 132, 128, 256, 128, "bfloat16", 256, 4)
+    k = tilelang.compile(f, out_idx=[-1], target="sm_90a")
+    src = k.get_kernel_source()
+    # Stages and barrier phases continue from one tile to the next (the runs counted so far).
+    assert "k_consumer_runs" in src and "k_producer_runs" in src and "tl::setmaxnreg_dec" in src
+    assert _mma_instructions(_ptx(k)) == ["wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3"]
+    # The protocol checked warp by warp at a small size: 12 tiles over 5 blocks.
+    f = example_gemm_fp8.gemm_fp8_persistent.factory(512, 768, 384, 5, 128, 256, 128, "bfloat16", 256, 3)
+    tilelang.compile(f, out_idx=[-1], target="sm_90a", pass_configs={"tl.check_barrier_protocol": True})
 
 
 def test_per_tensor_sm89_is_fp8_mma_sync():
