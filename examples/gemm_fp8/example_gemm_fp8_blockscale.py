@@ -6,7 +6,9 @@ at a time: the block's partial product runs on the tensor cores into a fresh fp3
 is then multiplied by its row's A scale and its column's B scale and added into a second fp32
 accumulator on the CUDA cores. Hopper's fp8 wgmma keeps only about 14 bits of mantissa while it
 accumulates, so promoting every 128 deep keeps the sum's precision as well as applying the scales
-("2x accumulation"); the tensor cores accumulate at most 4 instructions deep.
+("2x accumulation"); the tensor cores accumulate at most 4 instructions deep. On Hopper the
+compiler has the two consumer warpgroups of a 128-row block take turns at the tensor cores, so
+that one's promotion runs while the other's product does.
 
 The A scales arrive K-block-major, (ceildiv(K, 128), M), as DeepGEMM stores them: a block's
 block_M scales are contiguous, one TMA load per stage beside the A and B tiles. The B scales of a

@@ -123,6 +123,8 @@ def test_blockscale_sm90a_promotes_each_k_block():
     # ... and is waited for before its promotion into the second accumulator.
     body = src[src.index("tl::wgmma_ss<") :]
     assert body.index("tl::wgmma_wait<0>();") < body.index("C_local_local_ptr[r_1] = (C_local_local_ptr[r_1] +")
+    # The two consumer warpgroups take turns issuing their products: one promotes while the other multiplies.
+    assert "tl::pingpong_sync();" in src and "tl::pingpong_arrive();" in src
     # The A scales come by TMA with each stage; the B scales of the block's columns once.
     assert "tl::tma_load(scales_a_tma" in src and "tl::tma_load(scales_b_tma" in src
     assert _mma_instructions(_ptx(k)) == ["wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"]
