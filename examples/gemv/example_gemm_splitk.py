@@ -13,6 +13,8 @@ its range into an fp32 tile, and the partial tiles are added up:
   a second kernel sums the split_k tiles of each element in a fixed order and writes C in fp16:
   deterministic, for one more (small) pass over the partials.
 
+The block's own loop is the plain GEMM's (examples/gemm): on sm_90a a 64-row tile runs on wgmma fed
+by TMA from a producer warpgroup, smaller ones (too few rows for wgmma) on mma.sync fed by cp.async.
 `choose_split_k` picks the largest split that still runs in one wave; benchmark/gemv compares
 splits on the GPU.
 """
@@ -95,7 +97,8 @@ def choose_split_k(M, N, K, block_M, block_N, block_K, sms, blocks_per_sm=2, min
     """The largest split whose blocks all run at once (one wave: a second, partial wave would leave
     most SMs idle at the end), keeping `min_steps` K blocks per split (fewer, and the pipeline's
     prologue and the partial tiles' traffic outweigh the gain). Two blocks per SM: with 32 x 64 x 128
-    tiles, a block's 4 stages take 96 KiB of shared memory, and two fit an SM of sm_80 or sm_90."""
+    tiles, a block's 4 stages take 96 KiB of shared memory, and two fit an SM of sm_80 or sm_90 (a
+    warp-specialized 64-row block on sm_90a takes the SM's registers alone: two waves, still whole)."""
     tiles = math.ceil(M / block_M) * math.ceil(N / block_N)
     split = sms * blocks_per_sm // tiles
     return max(1, min(split, math.ceil(K / block_K) // min_steps))

@@ -79,6 +79,18 @@ def test_gemm_splitk_atomic_generated_cuda(arch):
     assert "blockIdx.z) * 2048)" in src and "blockIdx.z) * 8388608)" in src
 
 
+@pytest.mark.parametrize("combine", ["atomic", "reduce"])
+def test_gemm_splitk_64_rows_on_hopper(combine):
+    # A 64-row tile: wgmma fed by TMA from a producer warpgroup, its mbarrier protocol checked while
+    # it compiles; the partial tile leaves the consumer warpgroup by atomics or to the workspace.
+    f = example_gemm_splitk.matmul_splitk.factory(64, 4096, 8192, 64, 64, 128, 4, combine, 128, 3)
+    kernel = tilelang.compile(f, out_idx=[-1], target="sm_90a", pass_configs={"tl.check_barrier_protocol": True})
+    src = kernel.get_kernel_source()
+    assert "tl::wgmma_ss<64, 64, 128," in src and "tl::tma_load" in src
+    assert ("tl::atomic_add(" in src) == (combine == "atomic")
+    cuda.compile_object(src, kernel.target)
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_gemm_splitk_reduce_generated_cuda(arch):
     f = example_gemm_splitk.matmul_splitk.factory(32, 4096, 8192, 32, 64, 128, 4, "reduce")
