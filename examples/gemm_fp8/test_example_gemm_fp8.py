@@ -1,6 +1,6 @@
 """fp8 GEMM examples: each main() against an fp32 torch reference on the GPU (small sizes), and the
 generated CUDA through nvcc on any machine: wgmma on e4m3 operands for sm_90a, fp8 mma.sync for
-sm_89 (the per-tensor kernel)."""
+sm_89."""
 
 import os
 import re
@@ -128,6 +128,15 @@ def test_blockscale_sm90a_promotes_each_k_block():
     # The A scales come by TMA with each stage; the B scales of the block's columns once.
     assert "tl::tma_load(scales_a_tma" in src and "tl::tma_load(scales_b_tma" in src
     assert _mma_instructions(_ptx(k)) == ["wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"]
+
+
+def test_blockscale_sm89_is_fp8_mma_sync():
+    # The same kernel on Ada: mma.sync products, promoted the same way, cp.async copies.
+    f = example_gemm_fp8_blockscale.gemm_fp8_blockscale.factory(4096, 4096, 4096, 128, 128, "bfloat16", 256, 3)
+    k = tilelang.compile(f, out_idx=[-1], target="sm_89")
+    src = k.get_kernel_source()
+    assert "tl::gemm_ss<128, 128, 128" in src and "tl::cp_async" in src
+    assert _mma_instructions(_ptx(k)) == ["mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"]
 
 
 def test_blockscale_barrier_protocol():
