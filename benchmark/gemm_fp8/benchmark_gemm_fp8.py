@@ -170,6 +170,12 @@ def bench_shape(shape, configs):
     ms = do_bench_in_turn(fns, rounds=3, rep=60)
     tflops = {name: 2 * M * N * K / t / 1e9 for name, t in ms.items()}
     best = {kind: max(group, key=lambda c: tflops[(kind, c)]) for kind, group in ok.items() if group}
+    # Every configuration's figure, for pruning the lists above.
+    figures = ", ".join(f"{name}: {tf:.0f}" for name, tf in tflops.items() if isinstance(name, str))
+    print(f"{M} x {N} x {K} ({figures})")
+    for kind, group in ok.items():
+        for config in group:
+            print(f"  {kind:10} {str(config):40} {tflops[(kind, config)]:6.0f} TFLOP/s")
     return best, tflops, compile_s
 
 
