@@ -5,6 +5,8 @@ the one Hopper's fp8 wgmma reads from shared memory); each block accumulates its
 registers, multiplies it by the two scales (float32 tensors of one element, as torch._scaled_mm
 takes them, so a scale computed on the GPU needs no copy to the host) and writes it as bf16/fp16.
 On sm_90a the gemm is a wgmma fed by TMA from a producer warpgroup; on sm_89 an fp8 mma.sync.
+`gemm_fp8_persistent` is the same GEMM with one block per SM walking the tiles (`--persistent`).
+`in_dtype="float8_e5m2"` runs the same way (A and B share the one fp8 type).
 """
 
 import argparse
