@@ -5,8 +5,8 @@ and the linear-layer form F.linear(x[1, K], A), with the HBM bandwidth each achi
 H200's 4.8 TB/s peak. The L2 is flushed before each run: a decode step reads its weights from HBM.
 
 Split-K GEMM, C = A @ B with M = 16..64: the example's kernel without a split, with the split
-`choose_split_k` picks, and with the best split of 1..16 (atomic combine into fp32 C, and reduce
-combine into fp16 C), beside torch.matmul(A, B).
+`choose_split_k` picks, and the best of 64- and 128-column tiles with splits 1..16 (atomic combine
+into fp32 C, and reduce combine into fp16 C), beside torch.matmul(A, B).
 
 Every function of a row is timed in turn, median of rounds (the GPU's clocks drift between runs).
 Run on a GPU machine:
@@ -38,7 +38,7 @@ GEMV_CONFIGS = [(*tile, prefetch) for prefetch in (False, True) for tile in GEMV
 GEMV_SHAPES = [(4096, 4096), (8192, 8192), (16384, 16384), (14336, 4096), (4096, 14336)]
 # (M, N, K): a few decode tokens through the same kind of layers.
 SPLITK_SHAPES = [(16, 4096, 4096), (32, 4096, 8192), (64, 4096, 8192), (32, 14336, 4096), (32, 4096, 14336)]
-SPLITK_BLOCK_N, SPLITK_BLOCK_K = 64, 128
+SPLITK_BLOCK_NS, SPLITK_BLOCK_K = (64, 128), 128
 SPLITS = [1, 2, 4, 8, 16]
 
 
@@ -60,30 +60,41 @@ def bench_gemv(N, K):
     return N, K, best, ms[best], ms["torch.matmul"], ms["F.linear"], moved
 
 
+def splitk_configs(M, N, K, sms):
+    """(combine, block_N, split) to try: splits 1..16 leaving at least 2 K steps each, and the split
+    choose_split_k picks for each tile width; the "reduce" combine only with a split."""
+    k_blocks = math.ceil(K / SPLITK_BLOCK_K)
+    configs = []
+    for block_N in SPLITK_BLOCK_NS:
+        auto = choose_split_k(M, N, K, default_block_m(M), block_N, SPLITK_BLOCK_K, sms)
+        splits = sorted({s for s in SPLITS if k_blocks // s >= 2} | {auto})
+        configs += [(combine, block_N, s) for combine in ("atomic", "reduce") for s in splits]
+    return [c for c in configs if c[0] == "atomic" or c[2] > 1]
+
+
 def bench_splitk(M, N, K, sms):
     A, B = randn(M, K), randn(K, N)
     block_M = default_block_m(M)
-    stages = default_stages(block_M, SPLITK_BLOCK_N, SPLITK_BLOCK_K)
-    auto = choose_split_k(M, N, K, block_M, SPLITK_BLOCK_N, SPLITK_BLOCK_K, sms)
-    k_blocks = math.ceil(K / SPLITK_BLOCK_K)
-    splits = sorted({s for s in SPLITS if k_blocks // s >= 2} | {auto})
-    configs = [(combine, split) for combine in ("atomic", "reduce") for split in splits]
-    tiles = (M, N, K, block_M, SPLITK_BLOCK_N, SPLITK_BLOCK_K)
-    kernels = matmul_splitk.par_compile([(*tiles, split, combine, 128, stages) for combine, split in configs])
+    configs = splitk_configs(M, N, K, sms)
+    stages = {block_N: default_stages(block_M, block_N, SPLITK_BLOCK_K) for block_N in SPLITK_BLOCK_NS}
+    args = [(M, N, K, block_M, bn, SPLITK_BLOCK_K, split, combine, 128, stages[bn]) for combine, bn, split in configs]
+    kernels = matmul_splitk.par_compile(args)
     fns = {}
-    for (combine, split), kernel in zip(configs, kernels):
+    for config, kernel in zip(configs, kernels):
         a, b = randn(M, K), randn(K, N)
         torch.testing.assert_close(kernel(a, b).float(), ref_matmul(a, b), rtol=1e-2, atol=5e-2)
-        fns[combine, split] = functools.partial(kernel, A, B)
+        fns[config] = functools.partial(kernel, A, B)
     fns["torch"] = functools.partial(torch.matmul, A, B)
     ms = do_bench_in_turn(fns, rounds=3)
+    # The example's defaults: 64-column tiles, unsplit and with choose_split_k's split.
+    auto = choose_split_k(M, N, K, block_M, 64, SPLITK_BLOCK_K, sms)
     rows = []
     for combine in ("atomic", "reduce"):
-        best = min(splits, key=lambda s: ms[combine, s])
+        best = min((c for c in configs if c[0] == combine), key=lambda c: ms[c])
         out_bytes = (4 if combine == "atomic" else 2) * M * N
         moved = 2 * (M * K + K * N) + out_bytes
-        timed = (ms[combine, 1], ms[combine, auto], ms[combine, best])
-        rows.append((M, N, K, combine, auto, best, *timed, ms["torch"], moved))
+        at_auto = ms[combine, 64, auto] if auto > 1 or combine == "atomic" else float("nan")
+        rows.append((M, N, K, combine, ms["atomic", 64, 1], auto, at_auto, best[1:], ms[best], ms["torch"], moved))
     return rows
 
 
@@ -103,18 +114,18 @@ def print_gemv(rows):
 
 def print_splitk(rows, sms):
     print(
-        f"\nSplit-K GEMM C = A @ B, fp16 in, {SPLITK_BLOCK_N}-column tiles, {SPLITK_BLOCK_K}-deep K steps, "
-        f"{sms} SMs; atomic: fp32 C, reduce: fp16 C; speedup = torch / ours (best split)"
+        f"\nSplit-K GEMM C = A @ B, fp16 in, {SPLITK_BLOCK_K}-deep K steps, {sms} SMs; atomic: fp32 C, reduce: "
+        f"fp16 C; split 1 and auto: 64-column tiles; best: (tile columns, split); speedup = torch / best"
     )
     print(
         f"{'M':>3} {'N':>6} {'K':>6} {'combine':>7} {'tiles':>5} {'split 1 us':>10} {'auto':>4} {'us':>7} "
-        f"{'best':>4} {'us':>7} {'GB/s':>6} {'torch us':>8} {'GB/s':>6} {'speedup':>7}"
+        f"{'best':>9} {'us':>7} {'GB/s':>6} {'torch us':>8} {'GB/s':>6} {'speedup':>7}"
     )
-    for M, N, K, combine, auto, best, one, at_auto, at_best, torch_ms, moved in rows:
-        tiles = math.ceil(M / default_block_m(M)) * math.ceil(N / SPLITK_BLOCK_N)
+    for M, N, K, combine, one, auto, at_auto, best, at_best, torch_ms, moved in rows:
+        tiles = math.ceil(M / default_block_m(M)) * math.ceil(N / 64)
         print(
             f"{M:3d} {N:6d} {K:6d} {combine:>7} {tiles:5d} {one * 1e3:10.1f} {auto:4d} {at_auto * 1e3:7.1f} "
-            f"{best:4d} {at_best * 1e3:7.1f} {gbs(moved, at_best):6.0f} {torch_ms * 1e3:8.1f} "
+            f"{str(best):>9} {at_best * 1e3:7.1f} {gbs(moved, at_best):6.0f} {torch_ms * 1e3:8.1f} "
             f"{gbs(moved, torch_ms):6.0f} {torch_ms / at_best:7.3f}"
         )
 
