@@ -80,8 +80,8 @@ def matmul_splitk(
             C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
             multiply_range(A, B, bx, by, bz, C_local)
             T.copy(C_local, partial[bz, by * block_M, bx * block_N])
-        # The sum over splits: 8 x 128 elements per block (8 per thread, one 256-bit load of fp32
-        # per split), so that enough blocks read the partials, which are still in L2.
+        # The sum over splits: 8 x 128 elements per block (8 consecutive per thread, two 128-bit
+        # loads per split), small blocks so that many read the partials, which are still in L2.
         with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 8), threads=128) as (bx, by):
             acc = T.alloc_fragment((8, 128), accum_dtype)
             T.clear(acc)
