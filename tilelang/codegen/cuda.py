@@ -355,25 +355,7 @@ def build_library(
     parts = [device_src, host_src, " ".join(dflags), " ".join(hflags), nvcc_version(), env.host_compiler()]
     key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
     build = functools.partial(_build, device_src, host_src, dflags, hflags, check_registers, key, times)
-    out_dir = out_dir or libraries.folder()
-    lib = os.path.join(out_dir, f"{key}.so")
-    if libraries.intact(lib):
-        return lib
-    try:
-        with libraries.locked(lib):
-            if not libraries.intact(lib):  # (a process holding the lock before may have built it)
-                if os.path.exists(lib):
-                    logger.warning("tilelang: %s does not match its checksum; rebuilding it", lib)
-                build(out_dir, lambda built: libraries.publish(built, lib))
-        return lib
-    except OSError as err:
-        if err.errno not in libraries.UNWRITABLE:
-            raise
-        libraries.warn_unwritable(out_dir, err)
-    lib = os.path.join(libraries.private_folder(), f"{key}.so")
-    if not os.path.exists(lib):
-        build(libraries.private_folder(), lambda built: os.replace(built, lib))
-    return lib
+    return libraries.reuse_or_build(key, build, out_dir)
 
 
 def _build(device_src, host_src, dflags, hflags, check_registers, key, times, out_dir, publish) -> None:

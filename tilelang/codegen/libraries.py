@@ -96,3 +96,29 @@ def warn_unwritable(path: str, err: OSError) -> None:
         path,
         err.strerror or err,
     )
+
+
+def reuse_or_build(key: str, build, out_dir: str | None = None) -> str:
+    """The library `<out_dir>/<key>.so`: reused when it matches its checksum, else built by
+    `build(folder, publish)` (which compiles in `folder` and calls `publish(path)` with the built
+    file) under the library's lock. Where the folder cannot be written, the library is built in
+    this process's private folder, with a warning."""
+    out_dir = out_dir or folder()
+    lib = os.path.join(out_dir, f"{key}.so")
+    if intact(lib):
+        return lib
+    try:
+        with locked(lib):
+            if not intact(lib):  # (a process holding the lock before may have built it)
+                if os.path.exists(lib):
+                    logger.warning("tilelang: %s does not match its checksum; rebuilding it", lib)
+                build(out_dir, lambda built: publish(built, lib))
+        return lib
+    except OSError as err:
+        if err.errno not in UNWRITABLE:
+            raise
+        warn_unwritable(out_dir, err)
+    lib = os.path.join(private_folder(), f"{key}.so")
+    if not os.path.exists(lib):
+        build(private_folder(), lambda built: os.replace(built, lib))
+    return lib
