@@ -39,3 +39,4 @@ from tilelang.cache import is_enabled as is_cache_enabled  # noqa: E402,F401
 from tilelang.engine.callback import register_cuda_postproc  # noqa: E402,F401
 from tilelang.log import set_level as set_log_level  # noqa: E402,F401
 from tilelang.math import cdiv, next_power_of_2  # noqa: E402,F401
+from tilelang.utils.target import use_target  # noqa: E402,F401

@@ -134,7 +134,13 @@ def log_level() -> str | None:
     return os.environ.get("TILELANG_LOG_LEVEL") or None
 
 
+# Targets set by `tilelang.use_target` (innermost last); they win over the environment.
+_target_stack: list = []
+
+
 def default_target() -> str:
+    if _target_stack:
+        return _target_stack[-1]
     return os.environ.get("TILELANG_DEFAULT_TARGET", "auto")
 
 

@@ -182,7 +182,7 @@ class AutoTuner:
             UserError: for an empty configuration list, a configuration naming an argument the
                 factory does not take, or an early_stop_factor below 1.
         """
-        from tilelang.utils.target import determine_target
+        from tilelang.utils.target import determine_target, is_cpu
 
         if early_stop and early_stop_factor < 1.0:
             raise UserError(f"autotune: early_stop_factor must be at least 1.0, got {early_stop_factor}")
@@ -211,7 +211,8 @@ class AutoTuner:
         for config, error in zip(configs, errors):
             if error is not None:
                 logger.info("autotune %s: %s does not compile: %s", self.name, config, error)
-        measurement = Measurement(profile, early_stop, early_stop_factor, inputs, self._device, self._bench)
+        device = "cpu" if is_cpu(target) else self._device  # the CPU target's kernels: inputs and timing there
+        measurement = Measurement(profile, early_stop, early_stop_factor, inputs, device, self._bench)
         measured = self._measure(configs, errors, built, measurement)
         skipped = [(c, e) for c, e in zip(configs, errors) if e is not None]
         lines = "\n".join(f"  {c}: {_headline(e)}" for c, e in skipped)

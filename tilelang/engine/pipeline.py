@@ -20,6 +20,7 @@ from tilelang.errors import CompilerError, UserError
 from tilelang.options import CompileOptions
 from tilelang.transform.align_shared_tiles import align_shared_tiles
 from tilelang.transform.apply_global_layouts import apply_global_layouts
+from tilelang.transform.check_cpu_constructs import check_cpu_constructs
 from tilelang.transform.check_descriptor_alignment import check_descriptor_alignment
 from tilelang.transform.check_hopper_primitives import check_hopper_primitives
 from tilelang.transform.check_register_budget import check_register_budget
@@ -38,7 +39,9 @@ from tilelang.transform.infer_layout import infer_layout
 from tilelang.transform.inject_cp_async_pipelines import inject_cp_async_pipelines
 from tilelang.transform.inject_tma_pipelines import inject_tma_pipelines
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
+from tilelang.transform.lower_blocks_for_cpu import lower_blocks_for_cpu
 from tilelang.transform.lower_tile_ops import lower_tile_ops
+from tilelang.transform.lower_tile_ops_for_cpu import lower_tile_ops_for_cpu
 from tilelang.transform.lower_tma_copies import lower_tma_copies
 from tilelang.transform.pack_fp4_tensors import pack_fp4_tensors
 from tilelang.transform.place_wgmma_waits import place_wgmma_waits
@@ -54,7 +57,7 @@ from tilelang.transform.sync_shared_atomics import expose_shared_atomics, restor
 from tilelang.transform.sync_thread_branches import expose_thread_branches, restore_thread_branches, thread_sync
 from tilelang.transform.use_fast_exp2 import use_fast_exp2
 from tilelang.transform.warp_specialize import CONSUMER_BRANCH, warp_specialize
-from tilelang.utils.target import has_tma
+from tilelang.utils.target import has_tma, is_cpu
 
 logger = logging.getLogger("tilelang")
 _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
@@ -206,6 +209,25 @@ def _tvm_passes(options: CompileOptions, target):
     ]
 
 
+def _cpu_passes(options: CompileOptions):
+    """The CPU target (`target="cpu"`): a block runs on one core and its tile ops as loops over whole
+    tiles; `tvm.compile` then does TVM's own lowering and LLVM (`codegen/cpu.py`)."""
+    return [
+        # The block's threads do not exist on the CPU: what names them, or a GPU instruction, is an
+        # error at the user's line before anything else (as for the Hopper primitives off sm_90a).
+        ("check_cpu_constructs", check_cpu_constructs),
+        ("fold_tile_extents", fold_tile_extents),
+        # copy/fill/tile atomics become T.Parallel loops, then global accesses past a tensor's edge
+        # get their guards, while indices are logical: as on the GPU, partial tiles are predicated.
+        ("expand_elementwise_ops", expand_elementwise_ops),
+        ("legalize_safe_memory_access", legalize_safe_memory_access),
+        # gemm, reductions, cumsum: loops over whole tiles (each op's `lower_cpu`).
+        ("lower_tile_ops_for_cpu", lower_tile_ops_for_cpu),
+        # Blocks a parallel loop over the cores, T.Parallel/T.Pipelined plain loops, tiles local arrays.
+        ("lower_blocks_for_cpu", lower_blocks_for_cpu),
+    ]
+
+
 def _apply_to_funcs(fn):
     """Run a PrimFunc -> PrimFunc pass on every function of a module, in Python: an exception it
     raises (a UserError pointing at the kernel) reaches the caller with its type intact."""
@@ -228,6 +250,8 @@ class Lowered:
 def lower(func: tirx.PrimFunc, target, options: CompileOptions | None = None, name: str = "main") -> Lowered:
     """Run the pipeline on one kernel function for `target` (a tvm Target with host cuda_host)."""
     options = options if options is not None else CompileOptions()
+    if is_cpu(target):
+        return _lower_cpu(func, target, options, name)
     # Over the shared-memory limit, first without a staged epilogue tile (an optimization that
     # counted on the merge reusing dead tiles' bytes), then without warp specialization. The
     # planners decide tile by tile without a whole-kernel byte count, and the merge that decides
@@ -283,6 +307,17 @@ def _lower(func: tirx.PrimFunc, target, options: CompileOptions, name: str) -> L
 
         check_barrier_protocol(device_mod)
     return Lowered(host_mod, device_mod, target)
+
+
+def _lower_cpu(func: tirx.PrimFunc, target, options: CompileOptions, name: str) -> Lowered:
+    """The CPU branch: one module of plain loops (`host_mod`), compiled by `codegen/cpu.py`."""
+    mod = tvm.IRModule({name: func.with_attr("global_symbol", name)})
+    mod = tirx.transform.BindTarget(target)(mod)
+    for k, (pass_name, fn) in enumerate(_cpu_passes(options)):
+        mod = _run_pass(pass_name, _apply_to_funcs(fn), mod, options.dump_ir)
+        if options.dump_ir:
+            _dump(options.dump_ir, k, pass_name, mod)
+    return Lowered(mod, None, target)
 
 
 def _run_pass(name: str, p, mod, dump_dir):

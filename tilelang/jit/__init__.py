@@ -269,7 +269,11 @@ class JITImpl:
         return func
 
     def _lazy_kernel(self, args, kwargs):
-        key = (args, tuple(sorted(kwargs.items())))
+        from tilelang import env
+
+        # "auto" means what `tilelang.use_target` says at the time of the call: part of the key.
+        target = self.target if self.target not in (None, "auto") else env.default_target()
+        key = (args, tuple(sorted(kwargs.items())), repr(target))
         try:
             hit = self._kernels.get(key)
         except TypeError:  # unhashable compile-time argument: compile every time

@@ -104,6 +104,9 @@ class ExportedKernel:
         self.params = [Param(p["name"], tuple(p["shape"]), p["dtype"], p.get("kind", "tensor")) for p in meta["params"]]
         self.out_idx = list(meta["out_idx"])
         self._in_idx = [k for k in range(len(self.params)) if k not in self.out_idx]
+        self.device = "cpu" if self.arch == "cpu" else "cuda"  # the CPU target's libraries: "cpu"
+        if self.device == "cpu":
+            _load_tvm_runtime()
         # Loading maps the library and binds its function; no GPU is touched until the first call.
         self._module = tvm_ffi.load_module(path)
         self._func = self._module[self.name]
@@ -170,7 +173,8 @@ class ExportedKernel:
         p = self.params[k]
         if p.kind != "tensor":
             return  # the launcher's message names the scalar's or pointer's position and type
-        where = f"{self.name}: parameter '{p.name}' (argument #{k}) expects a CUDA tensor of shape {list(p.shape)} "
+        kind = "CPU" if self.device == "cpu" else "CUDA"
+        where = f"{self.name}: parameter '{p.name}' (argument #{k}) expects a {kind} tensor of shape {list(p.shape)} "
         where += f"and dtype {p.dtype}"
         if not isinstance(arg, torch.Tensor):
             raise ValueError(f"{where}, got {type(arg).__name__} {arg!r}"[:300])
@@ -179,12 +183,24 @@ class ExportedKernel:
             problems.append(f"dtype {str(arg.dtype).removeprefix('torch.')}")
         if arg.dim() != len(p.shape) or any(isinstance(w, int) and w != g for w, g in zip(p.shape, arg.shape)):
             problems.append(f"shape {list(arg.shape)}")
-        if arg.device.type != "cuda":
+        if arg.device.type != self.device:
             problems.append(f"device {arg.device}")
         if not arg.is_contiguous():
             problems.append("a non-contiguous layout (call .contiguous() first)")
         if problems:
             raise ValueError(f"{where}, got " + ", ".join(problems))
+
+
+@functools.cache
+def _load_tvm_runtime() -> None:
+    """TVM's runtime, which a CPU-target library calls (its thread pool): loaded once, globally. (The
+    same as `tilelang.codegen.cpu`'s loader: this file cannot import the package.)"""
+    import importlib.util
+
+    import tvm_ffi  # noqa: F401  (libtvm_runtime links against libtvm_ffi: loaded first)
+
+    spec = importlib.util.find_spec("tvm")
+    ctypes.CDLL(os.path.join(os.path.dirname(spec.origin), "lib", "libtvm_runtime.so"), mode=ctypes.RTLD_GLOBAL)
 
 
 # Dimension expressions ("m * 2 + 1"), shared with tilelang.jit.params (this file must stay free of

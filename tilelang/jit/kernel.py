@@ -63,10 +63,10 @@ class JITKernel:
     ):
         """Compile `func` (passes and code generation; nvcc runs at the first call). The keywords
         are those of `tilelang.compile` (see tilelang/jit/options.py for what each does)."""
-        from tilelang.codegen import cuda
+        from tilelang.codegen import cpu, cuda
         from tilelang.engine.pipeline import lower
         from tilelang.jit.options import check_execution_backend, check_target_host, normalize_compile_flags
-        from tilelang.utils.target import determine_target
+        from tilelang.utils.target import determine_target, is_cpu
 
         check_execution_backend(execution_backend, "JITKernel")
         check_target_host(target_host, "JITKernel")
@@ -86,15 +86,19 @@ class JITKernel:
         self.compile_times = dict(times or {})
         with timed(self.compile_times, "passes"):
             lowered = lower(func, self.target, self.options, name=self.name)
+        self._lib_path = None
+        self._func = None
+        self._on_built = None  # called once the library exists (the disk cache stores the kernel then)
+        if is_cpu(self.target):  # the loops as TVMScript; LLVM builds the library now (a fraction of a second)
+            self.kernel_source, self.host_source = cpu.source(lowered), ""
+            self._lib_path = cpu.build_library(lowered, self.compile_times)
+            return
         with timed(self.compile_times, "codegen"):
             self.kernel_source = cuda.device_source(lowered)
             self.host_source = cuda.host_source(lowered, self.kernel_source)
             if self._can_alloc_in_launcher():
                 out = self.params[self.out_idx[0]]
                 self.host_source += cuda.alloc_entry(self.name, len(self._in_idx), out.shape, out.dtype)
-        self._lib_path = None
-        self._func = None
-        self._on_built = None  # called once the library exists (the disk cache stores the kernel then)
 
     @classmethod
     def from_cache(cls, meta: dict, kernel_source: str, host_source: str, lib_path: str) -> JITKernel:
@@ -152,8 +156,6 @@ class JITKernel:
     # Building the library is separate so tests can inspect sources without nvcc.
     def _ensure_built(self):
         if self._func is None:
-            import tvm_ffi
-
             from tilelang.codegen import cuda
 
             built_here = self._lib_path is None
@@ -171,7 +173,7 @@ class JITKernel:
                 if self._on_built is not None:
                     self._on_built(self)
             with timed(self.compile_times, "load"):
-                self._module = tvm_ffi.load_module(self._lib_path)
+                self._module = self._load_library()
                 self._func = self._module[self.name]
                 entry = self.name + cuda.ALLOC_SUFFIX  # in libraries whose launcher allocates the output
                 self._alloc_func = self._module[entry] if entry in self.host_source else None
@@ -186,6 +188,24 @@ class JITKernel:
                 else:
                     report(self.name, self.compile_times)
         return self._func
+
+    def _load_library(self):
+        import tvm_ffi
+
+        from tilelang.utils.target import is_cpu
+
+        if is_cpu(self.target):
+            from tilelang.codegen import cpu
+
+            return cpu.load(self._lib_path)
+        return tvm_ffi.load_module(self._lib_path)
+
+    @property
+    def device_type(self) -> str:
+        """Where the kernel runs and its tensors live: "cuda" or "cpu"."""
+        from tilelang.utils.target import is_cpu
+
+        return "cpu" if is_cpu(self.target) else "cuda"
 
     def get_profiler(self, tensor_supply_type=None):
         """A `tilelang.profiler.Profiler` for this kernel: random inputs drawn per
@@ -272,8 +292,9 @@ class JITKernel:
             if first is not None and self.params[first].kind == "tensor":
                 from tilelang.jit.params import check_argument
 
-                check_argument(self.params[first], args[0], first, self.name)  # says what came instead
-            device = torch.device("cuda", torch.cuda.current_device())
+                check_argument(self.params[first], args[0], first, self.name, self.device_type)  # what came
+            cpu = self.device_type == "cpu"
+            device = torch.device("cpu") if cpu else torch.device("cuda", torch.cuda.current_device())
         bindings = None
         if self._has_symbols():  # dynamic dimensions: their sizes come from the inputs
             bindings = bind_symbols([self.params[k] for k in self._in_idx], args, self.name)
@@ -310,7 +331,7 @@ class JITKernel:
         try:
             fn(*args)
         except (ValueError, TypeError):
-            diagnose(self.params, given, self.name)  # raises a clearer error when it can
+            diagnose(self.params, given, self.name, self.device_type)  # raises a clearer error when it can
             raise
 
 

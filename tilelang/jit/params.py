@@ -170,8 +170,17 @@ def _where(param: Param, position: int, kernel_name: str) -> str:
     return f"{kernel_name}: parameter '{param.name}' (argument #{position})"
 
 
-def _problems(param: Param, arg, device: bool = True) -> list[str]:
-    """What is wrong with `arg` as `param`, on its own (symbols shared with others are not checked)."""
+_DEVICES = {"cuda": "a CUDA device", "cpu": "the CPU"}
+
+
+def _device_type(device) -> str | None:
+    """The device type a check wants: True means "cuda" (the GPU targets), False/None no check."""
+    return "cuda" if device is True else (device or None)
+
+
+def _problems(param: Param, arg, device="cuda") -> list[str]:
+    """What is wrong with `arg` as `param`, on its own (symbols shared with others are not checked).
+    `device`: the device type the kernel runs on ("cuda", "cpu"), or False not to check it."""
     from tilelang.dtypes import canonical
 
     problems = []
@@ -183,14 +192,15 @@ def _problems(param: Param, arg, device: bool = True) -> list[str]:
         problems.append(f"{arg.dim()} dimensions instead of {len(param.shape)}")
     elif any(isinstance(want, int) and want != got for want, got in zip(param.shape, shape)):
         problems.append(f"shape {list(shape)} instead of {format_shape(param.shape)}")
-    if device and arg.device.type != "cuda":
-        problems.append(f"device {arg.device} instead of a CUDA device")
+    want = _device_type(device)
+    if want and arg.device.type != want:
+        problems.append(f"device {arg.device} instead of {_DEVICES.get(want, want)}")
     if not arg.is_contiguous():
         problems.append("a non-contiguous layout (call .contiguous() first)")
     return problems
 
 
-def check_argument(param: Param, arg, position: int, kernel_name: str, device: bool = True) -> None:
+def check_argument(param: Param, arg, position: int, kernel_name: str, device="cuda") -> None:
     """Raise ValueError if `arg` cannot be passed as `param` (its dynamic dimensions may be any
     size here; `bind_symbols` checks that tensors sharing a symbol agree). A scalar parameter takes
     a Python number that fits its dtype; a pointer parameter a tensor or an int address."""
@@ -207,7 +217,8 @@ def check_argument(param: Param, arg, position: int, kernel_name: str, device: b
     if param.kind == "pointer":
         if isinstance(arg, bool) or not isinstance(arg, (int, torch.Tensor)):
             raise ValueError(f"{where} expects {param.describe()}, got {_describe_arg(arg)}")
-        if device and isinstance(arg, torch.Tensor) and arg.device.type != "cuda":
+        want = _device_type(device)
+        if want and isinstance(arg, torch.Tensor) and arg.device.type != want:
             raise ValueError(f"{where} expects {param.describe()}, got {_describe_arg(arg)}")
         return
     if not isinstance(arg, torch.Tensor):
@@ -312,8 +323,9 @@ def resolve_shape(param: Param, bindings: dict) -> tuple:
         ) from None
 
 
-def diagnose(params: list[Param], args, kernel_name: str) -> None:
-    """Raise the first user-facing ValueError about `args`; return if all of them look right.
+def diagnose(params: list[Param], args, kernel_name: str, device: str = "cuda") -> None:
+    """Raise the first user-facing ValueError about `args`; return if all of them look right
+    (`device`: the device type the kernel runs on, "cuda" or "cpu").
 
     Order: each tensor on its own (type, dtype, rank, fixed dimensions, layout), then the dynamic
     dimensions the tensors share, then where they live.
@@ -326,7 +338,7 @@ def diagnose(params: list[Param], args, kernel_name: str) -> None:
     bind_symbols(params, args, kernel_name)
     devices = set()
     for k, (param, arg) in enumerate(zip(params, args)):
-        check_argument(param, arg, k, kernel_name)
+        check_argument(param, arg, k, kernel_name, device=device)
         if param.kind == "tensor":
             devices.add(arg.device)
     if len(devices) > 1:

@@ -71,6 +71,8 @@ class TileOp:
       common_layouts(known)     layouts it derives from its operands' known ones (a reduction)
       expand(analyzer)          element-wise ops: a T.Parallel loop nest, before layout inference
       lower(ctx)                its per-thread code, once layouts are known (`lower_tile_ops`)
+      lower_cpu(analyzer)       its code on the CPU: loops over whole tiles, one core per block
+                                (`lower_tile_ops_for_cpu`); None: the op has no CPU form
       writes()                  the buffers it writes (the pipelines, the wgmma waits)
       async_load()              a global-to-shared load a pipelined loop may issue ahead
       mma()                     its work on the tensor cores: operands, accumulator, asynchrony
@@ -81,6 +83,7 @@ class TileOp:
 
     name: ClassVar[str]
     expands: ClassVar[bool] = False
+    lower_cpu = None  # a method `(self, analyzer) -> Stmt` in ops that run on the CPU target
 
     def __init__(self, call: ir.Call, span=None):
         self.call, self.span = call, span

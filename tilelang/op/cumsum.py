@@ -6,11 +6,13 @@ Lowering: the lines along `dim` are spread over the threads; each thread scans i
 
 from __future__ import annotations
 
+import functools
+
 from tvm import tirx
 
 from tilelang.errors import UserError
 from tilelang.op import base
-from tilelang.op.loops import over_threads
+from tilelang.op.loops import over_items, over_threads
 from tilelang.utils.ir import seq
 
 NAME = "cumsum"
@@ -57,10 +59,15 @@ class Cumsum(base.TileOp):
         return f"T.cumsum({self.src.name})"
 
     def lower(self, ctx) -> tirx.Stmt:
-        return _lower(self.src, self.dst, self.dim, self.reverse, ctx)
+        return _lower(self.src, self.dst, self.dim, self.reverse, functools.partial(over_threads, ctx=ctx))
+
+    def lower_cpu(self, analyzer) -> tirx.Stmt:
+        """One core scans every line in turn (the CPU target)."""
+        return _lower(self.src, self.dst, self.dim, self.reverse, over_items)
 
 
-def _lower(src, dst, dim, reverse, ctx) -> tirx.Stmt:
+def _lower(src, dst, dim, reverse, spread) -> tirx.Stmt:
+    """Each line along `dim` scanned by one thread; `spread(shape, body_fn)` hands the lines out."""
     shape = [int(x) for x in src.shape]
     length = shape[dim]
     dtype = str(dst.dtype)
@@ -87,4 +94,4 @@ def _lower(src, dst, dim, reverse, ctx) -> tirx.Stmt:
         )
         return seq([tirx.AllocBuffer(line_buf), guard(read), scan, guard(write)])
 
-    return over_threads([n for d, n in enumerate(shape) if d != dim], ctx, body)
+    return spread([n for d, n in enumerate(shape) if d != dim], body_fn=body)

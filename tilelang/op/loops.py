@@ -70,3 +70,13 @@ def over_threads(shape, ctx, body_fn) -> tirx.Stmt:
 
     rounds = (total + ctx.num_threads - 1) // ctx.num_threads
     return tirx.For(o, 0, rounds, tirx.ForKind.SERIAL, body_fn(coords, guard))
+
+
+def over_items(shape, body_fn) -> tirx.Stmt:
+    """Every item of `shape` in row-major order, by one thread (the CPU target runs a block on one
+    core): `body_fn(coords, guard)` as for `over_threads`, with a guard that keeps its statement."""
+    coords = [tirx.Var(f"i{k}", "int32") for k in range(len(shape))]
+    stmt = body_fn(coords, lambda s: s)
+    for v, n in reversed(list(zip(coords, shape))):
+        stmt = tirx.For(v, 0, n, tirx.ForKind.SERIAL, stmt)
+    return stmt

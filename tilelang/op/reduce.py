@@ -15,6 +15,8 @@ fragment of its own when the kernel is traced (`_through_fragment`), as TileLang
 
 from __future__ import annotations
 
+import functools
+
 from tvm import ir, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as _tb
@@ -22,7 +24,7 @@ from tvm.script.ir_builder import tirx as _tb
 from tilelang.errors import UserError
 from tilelang.layout import fragment as fl
 from tilelang.op import base
-from tilelang.op.loops import over_threads
+from tilelang.op.loops import over_items, over_threads
 from tilelang.utils.ir import i32 as _c
 from tilelang.utils.ir import seq
 
@@ -178,7 +180,11 @@ class Reduce(base.TileOp):
                 f"T.reduce_{self.kind}: source '{self.src.name}' and destination '{self.dst.name}' must "
                 f"both be fragments or both be shared tiles"
             )
-        return _lower_shared(self, ctx)
+        return _lower_shared(self, functools.partial(over_threads, ctx=ctx))
+
+    def lower_cpu(self, analyzer) -> tirx.Stmt:
+        """One core holds the whole tile, whatever its scope: each output element folds its row."""
+        return _lower_shared(self, over_items)
 
 
 # ---- layout rule ---------------------------------------------------------------------------------
@@ -311,10 +317,11 @@ def _combine_group(red, ctx, acc, slots, stride, count) -> tirx.Stmt:
     )
 
 
-def _lower_shared(red: Reduce, ctx) -> tirx.Stmt:
-    """Shared tiles: output elements spread over the threads, each folding its row serially into a
-    register; the writes are a separate guarded statement, so the barrier between every thread's
-    reads and the writes sits between the two."""
+def _lower_shared(red: Reduce, spread) -> tirx.Stmt:
+    """Shared tiles: output elements spread over the threads (`spread(shape, body_fn)`:
+    `over_threads`, or `over_items` on the CPU), each folding its row serially into a register; the
+    writes are a separate guarded statement, so the barrier between every thread's reads and the
+    writes sits between the two."""
     src, dst = red.src, red.dst
     dtype = str(dst.dtype)
     k = tirx.Var("k", "int32")
@@ -337,4 +344,4 @@ def _lower_shared(red: Reduce, ctx) -> tirx.Stmt:
         write = tirx.BufferStore(dst, tirx.BufferLoad(buf, [_c(0)]), out_idx)
         return seq([tirx.AllocBuffer(buf), guard(fold), guard(write)])
 
-    return over_threads([int(x) for x in dst.shape], ctx, body)
+    return spread([int(x) for x in dst.shape], body_fn=body)

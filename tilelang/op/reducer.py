@@ -147,6 +147,9 @@ class Reducer(base.TileOp):
     def lower(self, ctx) -> tirx.Stmt:
         return tirx.Evaluate(0)  # a declaration: its layout is all it gives
 
+    def lower_cpu(self, analyzer) -> tirx.Stmt:
+        return tirx.Evaluate(0)  # one core, one copy of the reducer: it holds the whole value
+
 
 @base.register
 class FinalizeReducer(base.TileOp):
@@ -165,6 +168,9 @@ class FinalizeReducer(base.TileOp):
 
     def fragments(self) -> list:
         return [self.buffer]
+
+    def lower_cpu(self, analyzer) -> tirx.Stmt:
+        return tirx.Evaluate(0)  # one copy (the CPU target): nothing to combine
 
     def lower(self, ctx) -> tirx.Stmt:
         layout = ctx.fragment_layout(self.buffer)

@@ -17,6 +17,9 @@ Three ways to time the runs (`backend`):
                  call without host launch overhead. The L2 is flushed before each replay, not
                  between the calls inside it, so only the first call of a replay starts cold.
 
+With `device="cpu"` (kernels of the CPU target), runs are timed by the wall clock, each returning
+when its work is done, without a cache flush; the backend is ignored.
+
 To compare kernels, time them in turn (`do_bench_in_turn`): a GPU's clocks drift by several percent
 between runs of a script (about 10% on the H200 used for the benchmarks), so timing one kernel
 after another measures the drift as much as the kernels.
@@ -82,6 +85,8 @@ def do_bench(
             GPU, or the cupti backend where torch cannot trace CUDA activity.
     """
     _check_options(backend, return_mode, quantiles)
+    if _is_cpu(device):
+        return _summarize(_time_cpu(fn, warmup, rep, _n_warmup, _n_repeat, early_stop_baseline), quantiles, return_mode)
     _require_cuda(backend)
     with _device_scope(device):
         flush = _flush_buffer(cache_size, fast_flush)
@@ -160,13 +165,39 @@ def _require_cuda(backend: str) -> None:
         )
 
 
+# ---- the CPU ------------------------------------------------------------------------------------
+
+
+def _is_cpu(device) -> bool:
+    return isinstance(device, str) and device == "cpu" or getattr(device, "type", None) == "cpu"
+
+
+def _time_cpu(fn, warmup, rep, n_warmup, n_repeat, early_stop_baseline) -> list[float]:
+    """Wall-clock milliseconds of each timed run of `fn` (budgets and counts as on the GPU)."""
+    import time
+
+    def run() -> float:
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+
+    run()  # the first call may load the library
+    estimate = statistics.mean(run() for _ in range(5))
+    if early_stop_baseline is not None and estimate > early_stop_baseline:
+        return [estimate]
+    estimate = max(estimate, 1e-4)
+    for _ in range(n_warmup if n_warmup > 0 else max(1, int(warmup / estimate))):
+        run()
+    return [run() for _ in range(n_repeat if n_repeat > 0 else max(1, int(rep / estimate)))]
+
+
 # ---- the GPU primitives (tests without a GPU replace these) ------------------------------------
 
 
 @contextlib.contextmanager
 def _device_scope(device):
-    """Run the body on `device` (None: the current one)."""
-    if device is None:
+    """Run the body on `device` (None: the current one; the CPU: nothing to select)."""
+    if device is None or _is_cpu(device):
         yield
         return
     import torch

@@ -23,13 +23,14 @@ class Profiler:
     Args:
         kernel: a callable kernel with `params` (name, shape, dtype each), `out_idx` and `name`.
         tensor_supply_type: how inputs are drawn (see `TensorSupplyType`).
-        device: where inputs are allocated; "cuda" for real kernels (tests use "cpu").
+        device: where inputs are allocated and the kernel is timed: the kernel's own device
+            ("cuda", or "cpu" for the CPU target) unless given.
     """
 
-    def __init__(self, kernel, tensor_supply_type=TensorSupplyType.Auto, device="cuda"):
+    def __init__(self, kernel, tensor_supply_type=TensorSupplyType.Auto, device=None):
         self.kernel = kernel
         self.supply_type = TensorSupplyType(tensor_supply_type)
-        self.device = device
+        self.device = device or getattr(kernel, "device_type", "cuda")
         self._bench_inputs = None
 
     @property
@@ -186,7 +187,7 @@ class Profiler:
                 quantiles=quantiles,
                 backend=backend,
                 return_mode=return_mode,
-                device=device,
+                device=device if device is not None or self.device != "cpu" else "cpu",
                 early_stop_baseline=early_stop_baseline,
             )
 

@@ -220,6 +220,11 @@ class Gemm(base.TileOp):
     def lower(self, ctx) -> tirx.Stmt:
         return _lower(self, ctx)
 
+    def lower_cpu(self, analyzer) -> tirx.Stmt:
+        from tilelang.op.gemm import cpu
+
+        return cpu.lower_cpu(self)
+
 
 def _plan(g: Gemm):
     if g.plan is None:
