@@ -25,16 +25,19 @@ def transpose(M, N, block_M=64, block_N=64, threads=256, dtype="float16"):
     return main
 
 
-def main(M=1000, N=777, dtype="float16"):
-    A = torch.randn(M, N, device="cuda").to(getattr(torch, dtype))
-    B = transpose(M, N, dtype=dtype)(A)
-    torch.testing.assert_close(B, A.t().contiguous(), rtol=0, atol=0)
-    print("transpose: all checks passed")
+def main(M=1000, N=777, dtype="float16", device=None):
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with tilelang.use_target(device):  # the kernels compile for where the tensors live
+        A = torch.randn(M, N, device=device).to(getattr(torch, dtype))
+        B = transpose(M, N, dtype=dtype)(A)
+        torch.testing.assert_close(B, A.t().contiguous(), rtol=0, atol=0)
+        print("transpose: all checks passed")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--m", type=int, default=1000)
     parser.add_argument("--n", type=int, default=777)
+    parser.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when torch sees a GPU, else cpu")
     args = parser.parse_args()
-    main(args.m, args.n)
+    main(args.m, args.n, device=args.device)

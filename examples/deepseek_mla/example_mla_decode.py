@@ -177,18 +177,20 @@ def ref_program(q, q_pe, kv, k_pe):
 
 
 def main(batch=2, heads=128, seqlen_kv=1024, dim=512, pe_dim=64, block_N=64, block_H=64, num_split=1,
-         dtype="float16"):  # fmt: skip
-    kernel = mla_decode(batch, heads, 1, seqlen_kv, dim, pe_dim, block_N, block_H, num_split, dtype)
-    tdt = getattr(torch, dtype)
-    q = torch.randn(batch, heads, dim, device="cuda", dtype=tdt)
-    q_pe = torch.randn(batch, heads, pe_dim, device="cuda", dtype=tdt)
-    kv = torch.randn(batch, seqlen_kv, 1, dim, device="cuda", dtype=tdt)
-    k_pe = torch.randn(batch, seqlen_kv, 1, pe_dim, device="cuda", dtype=tdt)
-    glse = torch.empty(batch, heads, num_split, device="cuda", dtype=tdt)
-    partial = torch.empty(batch, heads, num_split, dim, device="cuda", dtype=tdt)
-    out = kernel(q, q_pe, kv, k_pe, glse, partial)
-    torch.testing.assert_close(out, ref_program(q, q_pe, kv, k_pe), rtol=1e-2, atol=1e-2)
-    print(f"mla decode ({dtype}, {num_split} split): all checks passed")
+         dtype="float16", device=None):  # fmt: skip
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with tilelang.use_target(device):  # the kernels compile for where the tensors live
+        kernel = mla_decode(batch, heads, 1, seqlen_kv, dim, pe_dim, block_N, block_H, num_split, dtype)
+        tdt = getattr(torch, dtype)
+        q = torch.randn(batch, heads, dim, device=device, dtype=tdt)
+        q_pe = torch.randn(batch, heads, pe_dim, device=device, dtype=tdt)
+        kv = torch.randn(batch, seqlen_kv, 1, dim, device=device, dtype=tdt)
+        k_pe = torch.randn(batch, seqlen_kv, 1, pe_dim, device=device, dtype=tdt)
+        glse = torch.empty(batch, heads, num_split, device=device, dtype=tdt)
+        partial = torch.empty(batch, heads, num_split, dim, device=device, dtype=tdt)
+        out = kernel(q, q_pe, kv, k_pe, glse, partial)
+        torch.testing.assert_close(out, ref_program(q, q_pe, kv, k_pe), rtol=1e-2, atol=1e-2)
+        print(f"mla decode ({dtype}, {num_split} split): all checks passed")
 
 
 if __name__ == "__main__":
@@ -197,5 +199,6 @@ if __name__ == "__main__":
     parser.add_argument("--kv_ctx", type=int, default=8192)
     parser.add_argument("--num_split", type=int, default=1)
     parser.add_argument("--dtype", default="float16")
+    parser.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when torch sees a GPU, else cpu")
     args = parser.parse_args()
-    main(args.batch, 128, args.kv_ctx, num_split=args.num_split, dtype=args.dtype)
+    main(args.batch, 128, args.kv_ctx, num_split=args.num_split, dtype=args.dtype, device=args.device)

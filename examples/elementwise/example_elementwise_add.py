@@ -44,23 +44,26 @@ def fused_scale_add_relu(M, N, block_M=32, block_N=128, threads=128, dtype="floa
     return main
 
 
-def main(N=1000003, M=1000, K=1000, target="auto"):
-    a = torch.randn(N, device="cuda")
-    b = torch.randn(N, device="cuda")
-    c = vector_add(N)(a, b)
-    torch.testing.assert_close(c, a + b)
+def main(N=1000003, M=1000, K=1000, target="auto", device=None):
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with tilelang.use_target(device):  # the kernels compile for where the tensors live
+        a = torch.randn(N, device=device)
+        b = torch.randn(N, device=device)
+        c = vector_add(N)(a, b)
+        torch.testing.assert_close(c, a + b)
 
-    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    B = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    s = torch.randn(K, device="cuda", dtype=torch.float16)
-    C = fused_scale_add_relu(M, K)(A, B, s)
-    ref = torch.relu(A.float() * s.float()[None, :] + B.float()).half()
-    torch.testing.assert_close(C, ref, rtol=1e-2, atol=1e-2)
-    print("elementwise: all checks passed")
+        A = torch.randn(M, K, device=device, dtype=torch.float16)
+        B = torch.randn(M, K, device=device, dtype=torch.float16)
+        s = torch.randn(K, device=device, dtype=torch.float16)
+        C = fused_scale_add_relu(M, K)(A, B, s)
+        ref = torch.relu(A.float() * s.float()[None, :] + B.float()).half()
+        torch.testing.assert_close(C, ref, rtol=1e-2, atol=1e-2)
+        print("elementwise: all checks passed")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=1000003)
+    parser.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when torch sees a GPU, else cpu")
     args = parser.parse_args()
-    main(N=args.n)
+    main(N=args.n, device=args.device)

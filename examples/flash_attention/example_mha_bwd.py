@@ -302,21 +302,23 @@ def ref_program(q, k, v, do, is_causal):
 
 
 def main(batch=1, heads=4, head_kv=4, seq_len=256, dim=64, is_causal=False, dtype="float16", block_M=128, block_N=64,
-         num_stages=2, threads=256):  # fmt: skip
-    torch_dtype = getattr(torch, dtype)
-    q, k, v, do = make_inputs(batch, heads, head_kv, seq_len, dim, torch_dtype)
-    groups = heads // head_kv
-    o, lse = flashattn_fwd(batch, heads, seq_len, dim, is_causal, groups, dtype)(q, k, v)
-    dq, dk, dv = attention_backward(q, k, v, o, lse, do, is_causal, block_M, block_N, num_stages, threads)
-    # Elementwise tolerance, and a bound on the relative error of the whole tensor, which catches a
-    # wrong or missing block among many small values. Rounding P, dS and the outputs alone gives
-    # relative errors of about 3e-4 in fp16 and 2.5e-3 in bf16 (8 bits of mantissa to fp16's 11).
-    tol, rel_tol = (1e-2, 2e-3) if dtype == "float16" else (3e-2, 1e-2)
-    for name, ours, ref in zip(("O", "dQ", "dK", "dV"), (o, dq, dk, dv), ref_program(q, k, v, do, is_causal)):
-        torch.testing.assert_close(ours.float(), ref, rtol=tol, atol=tol, msg=lambda m, name=name: f"{name}: {m}")
-        rel = ((ours.float() - ref).norm() / ref.norm()).item()
-        assert rel < rel_tol, f"{name}: relative error {rel:.2e} (at most {rel_tol:.0e} expected)"
-    print("flash attention backward: all checks passed")
+         num_stages=2, threads=256, device=None):  # fmt: skip
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with tilelang.use_target(device):  # the kernels compile for where the tensors live
+        torch_dtype = getattr(torch, dtype)
+        q, k, v, do = make_inputs(batch, heads, head_kv, seq_len, dim, torch_dtype, device)
+        groups = heads // head_kv
+        o, lse = flashattn_fwd(batch, heads, seq_len, dim, is_causal, groups, dtype)(q, k, v)
+        dq, dk, dv = attention_backward(q, k, v, o, lse, do, is_causal, block_M, block_N, num_stages, threads)
+        # Elementwise tolerance, and a bound on the relative error of the whole tensor, which catches a
+        # wrong or missing block among many small values. Rounding P, dS and the outputs alone gives
+        # relative errors of about 3e-4 in fp16 and 2.5e-3 in bf16 (8 bits of mantissa to fp16's 11).
+        tol, rel_tol = (1e-2, 2e-3) if dtype == "float16" else (3e-2, 1e-2)
+        for name, ours, ref in zip(("O", "dQ", "dK", "dV"), (o, dq, dk, dv), ref_program(q, k, v, do, is_causal)):
+            torch.testing.assert_close(ours.float(), ref, rtol=tol, atol=tol, msg=lambda m, name=name: f"{name}: {m}")
+            rel = ((ours.float() - ref).norm() / ref.norm()).item()
+            assert rel < rel_tol, f"{name}: relative error {rel:.2e} (at most {rel_tol:.0e} expected)"
+        print("flash attention backward: all checks passed")
 
 
 if __name__ == "__main__":
@@ -328,5 +330,6 @@ if __name__ == "__main__":
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--is_causal", action="store_true")
     parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
+    parser.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when torch sees a GPU, else cpu")
     args = parser.parse_args()
-    main(args.batch, args.heads, args.head_kv, args.seq_len, args.dim, args.is_causal, args.dtype)
+    main(args.batch, args.heads, args.head_kv, args.seq_len, args.dim, args.is_causal, args.dtype, device=args.device)

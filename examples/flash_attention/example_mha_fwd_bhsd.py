@@ -112,12 +112,14 @@ def ref_program(Q, K, V, is_causal):
 
 
 def main(batch=1, heads=4, seq_q=256, seq_kv=256, dim=64, is_causal=False, block_M=64, block_N=64, num_stages=1,
-         threads=128):  # fmt: skip
-    kernel = flashattn(batch, heads, seq_q, seq_kv, dim, is_causal, block_M, block_N, num_stages, threads)
-    Q = torch.randn(batch, heads, seq_q, dim, device="cuda", dtype=torch.float16)
-    K, V = (torch.randn(batch, heads, seq_kv, dim, device="cuda", dtype=torch.float16) for _ in range(2))
-    torch.testing.assert_close(kernel(Q, K, V), ref_program(Q, K, V, is_causal), rtol=1e-2, atol=1e-2)
-    print("flash attention (bhsd): all checks passed")
+         threads=128, device=None):  # fmt: skip
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with tilelang.use_target(device):  # the kernels compile for where the tensors live
+        kernel = flashattn(batch, heads, seq_q, seq_kv, dim, is_causal, block_M, block_N, num_stages, threads)
+        Q = torch.randn(batch, heads, seq_q, dim, device=device, dtype=torch.float16)
+        K, V = (torch.randn(batch, heads, seq_kv, dim, device=device, dtype=torch.float16) for _ in range(2))
+        torch.testing.assert_close(kernel(Q, K, V), ref_program(Q, K, V, is_causal), rtol=1e-2, atol=1e-2)
+        print("flash attention (bhsd): all checks passed")
 
 
 if __name__ == "__main__":
@@ -128,5 +130,6 @@ if __name__ == "__main__":
     parser.add_argument("--seq_kv", type=int, default=4096)
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--is_causal", action="store_true")
+    parser.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when torch sees a GPU, else cpu")
     args = parser.parse_args()
-    main(args.batch, args.heads, args.seq_q, args.seq_kv, args.dim, args.is_causal, 128, 64, 2, 256)
+    main(args.batch, args.heads, args.seq_q, args.seq_kv, args.dim, args.is_causal, 128, 64, 2, 256, device=args.device)

@@ -36,12 +36,14 @@ def matmul(
     return main
 
 
-def main(M=1024, N=1024, K=1024, block_M=128, block_N=128, block_K=32):
-    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    C = matmul(M, N, K, block_M, block_N, block_K)(A, B)
-    torch.testing.assert_close(C, A @ B, rtol=1e-2, atol=1e-1)
-    print("gemm: all checks passed")
+def main(M=1024, N=1024, K=1024, block_M=128, block_N=128, block_K=32, device=None):
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with tilelang.use_target(device):  # the kernels compile for where the tensors live
+        A = torch.randn(M, K, device=device, dtype=torch.float16)
+        B = torch.randn(K, N, device=device, dtype=torch.float16)
+        C = matmul(M, N, K, block_M, block_N, block_K)(A, B)
+        torch.testing.assert_close(C, A @ B, rtol=1e-2, atol=1e-1)
+        print("gemm: all checks passed")
 
 
 if __name__ == "__main__":
@@ -49,5 +51,6 @@ if __name__ == "__main__":
     parser.add_argument("--m", type=int, default=1024)
     parser.add_argument("--n", type=int, default=1024)
     parser.add_argument("--k", type=int, default=1024)
+    parser.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when torch sees a GPU, else cpu")
     args = parser.parse_args()
-    main(args.m, args.n, args.k)
+    main(args.m, args.n, args.k, device=args.device)

@@ -7,6 +7,7 @@ in L2).
 """
 
 import argparse
+import os
 
 import torch
 
@@ -46,13 +47,16 @@ def matmul_persistent(
     return main
 
 
-def main(M=1024, N=1024, K=1024, block_M=128, block_N=256, block_K=64, threads=256, num_stages=4):
-    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    kernel = matmul_persistent(M, N, K, block_M, block_N, block_K, num_sms, threads=threads, num_stages=num_stages)
-    torch.testing.assert_close(kernel(A, B), A @ B, rtol=1e-2, atol=1e-1)
-    print("persistent gemm: all checks passed")
+def main(M=1024, N=1024, K=1024, block_M=128, block_N=256, block_K=64, threads=256, num_stages=4, device=None):
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with tilelang.use_target(device):  # the kernels compile for where the tensors live
+        # One block per SM (per core on the CPU), each walking its share of the tiles.
+        num_sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else os.cpu_count()
+        A = torch.randn(M, K, device=device, dtype=torch.float16)
+        B = torch.randn(K, N, device=device, dtype=torch.float16)
+        kernel = matmul_persistent(M, N, K, block_M, block_N, block_K, num_sms, threads=threads, num_stages=num_stages)
+        torch.testing.assert_close(kernel(A, B), A @ B, rtol=1e-2, atol=1e-1)
+        print("persistent gemm: all checks passed")
 
 
 if __name__ == "__main__":
@@ -60,5 +64,6 @@ if __name__ == "__main__":
     parser.add_argument("--m", type=int, default=1024)
     parser.add_argument("--n", type=int, default=1024)
     parser.add_argument("--k", type=int, default=1024)
+    parser.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when torch sees a GPU, else cpu")
     args = parser.parse_args()
-    main(args.m, args.n, args.k)
+    main(args.m, args.n, args.k, device=args.device)

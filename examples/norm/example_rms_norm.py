@@ -37,17 +37,20 @@ def ref_rms_norm(A, W, eps=1e-6):
     return (a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + eps) * W.float()).to(A.dtype)
 
 
-def main(M=1000, N=4096, blk_m=1):
-    A = torch.randn(M, N, device="cuda", dtype=torch.float16)
-    W = torch.randn(N, device="cuda", dtype=torch.float16)
-    B = rms_norm(M, N, blk_m)(A, W)
-    torch.testing.assert_close(B, ref_rms_norm(A, W), rtol=1e-2, atol=1e-2)
-    print("rms_norm: all checks passed")
+def main(M=1000, N=4096, blk_m=1, device=None):
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with tilelang.use_target(device):  # the kernels compile for where the tensors live
+        A = torch.randn(M, N, device=device, dtype=torch.float16)
+        W = torch.randn(N, device=device, dtype=torch.float16)
+        B = rms_norm(M, N, blk_m)(A, W)
+        torch.testing.assert_close(B, ref_rms_norm(A, W), rtol=1e-2, atol=1e-2)
+        print("rms_norm: all checks passed")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--m", type=int, default=1000)
     parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when torch sees a GPU, else cpu")
     args = parser.parse_args()
-    main(args.m, args.n)
+    main(args.m, args.n, device=args.device)

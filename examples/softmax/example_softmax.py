@@ -30,17 +30,20 @@ def softmax(M, N, blk_m=1, threads=256, dtype="float16"):
     return main
 
 
-def main(M=1000, N=4096, blk_m=1):
-    X = torch.randn(M, N, device="cuda", dtype=torch.float16) * 4
-    Y = softmax(M, N, blk_m)(X)
-    torch.testing.assert_close(Y, torch.softmax(X.float(), dim=-1).half(), rtol=1e-2, atol=1e-3)
-    assert math.isclose(Y[0].float().sum().item(), 1.0, rel_tol=1e-2)
-    print("softmax: all checks passed")
+def main(M=1000, N=4096, blk_m=1, device=None):
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with tilelang.use_target(device):  # the kernels compile for where the tensors live
+        X = torch.randn(M, N, device=device, dtype=torch.float16) * 4
+        Y = softmax(M, N, blk_m)(X)
+        torch.testing.assert_close(Y, torch.softmax(X.float(), dim=-1).half(), rtol=1e-2, atol=1e-3)
+        assert math.isclose(Y[0].float().sum().item(), 1.0, rel_tol=1e-2)
+        print("softmax: all checks passed")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--m", type=int, default=1000)
     parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when torch sees a GPU, else cpu")
     args = parser.parse_args()
-    main(args.m, args.n)
+    main(args.m, args.n, device=args.device)

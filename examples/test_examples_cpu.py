@@ -1,0 +1,39 @@
+"""Every example on the CPU target (`device="cpu"`), at small sizes, checked against torch by its own
+`main()`: numbers, not only generated code, on a machine without a GPU (these run in CI). The GPU
+test at the end runs one example's kernels unchanged on the GPU and on the CPU in one process."""
+
+import importlib
+
+import pytest
+
+# (example module, the sizes its main() runs at on the CPU)
+EXAMPLES = [
+    ("example_elementwise_add", dict(N=10007, M=100, K=300)),
+    ("example_transpose", dict(M=100, N=77)),
+    ("example_softmax", dict(M=64, N=1000)),
+    ("example_rms_norm", dict(M=64, N=1000)),
+    ("example_gemm", dict(M=200, N=136, K=72)),
+    ("example_gemm_persistent", dict(M=256, N=512, K=128, block_M=64, block_N=64, block_K=32)),
+    ("example_mha_fwd_bshd", dict(batch=1, heads=2, seq_len=128, dim=64)),
+    ("example_mha_fwd_bshd", dict(batch=1, heads=2, seq_len=128, dim=64, is_causal=True)),
+    ("example_mha_fwd_bhsd", dict(batch=1, heads=2, seq_q=64, seq_kv=192, dim=64, is_causal=True)),
+    ("example_gqa_fwd_bshd", dict(batch=1, heads=4, head_kv=2, seq_len=128, dim=64)),
+    ("example_mha_bwd", dict(batch=1, heads=2, head_kv=1, seq_len=128, dim=64, is_causal=True)),
+    ("example_mla_decode", dict(batch=1, heads=64, seqlen_kv=256)),
+    ("example_mla_decode", dict(batch=1, heads=64, seqlen_kv=256, num_split=2)),
+]
+
+
+@pytest.mark.parametrize("module, sizes", EXAMPLES, ids=[f"{m}-{k}" for k, (m, _) in enumerate(EXAMPLES)])
+def test_example_on_the_cpu(module, sizes):
+    importlib.import_module(module).main(**sizes, device="cpu")
+
+
+@pytest.mark.gpu
+def test_same_kernels_on_the_gpu_and_the_cpu():
+    """One source, two targets: the GEMM and flash-attention examples run on the GPU, then on the CPU."""
+    gemm = importlib.import_module("example_gemm")
+    attention = importlib.import_module("example_mha_fwd_bshd")
+    for device in ("cuda", "cpu"):
+        gemm.main(M=256, N=256, K=128, device=device)
+        attention.main(batch=1, heads=2, seq_len=128, dim=64, is_causal=True, device=device)
