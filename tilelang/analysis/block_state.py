@@ -101,12 +101,13 @@ class BlockState:
 
     def release(self, tx, empty):
         """A consumer warp frees a stage (arrives on an empty barrier): it no longer reads the tiles
-        of that stage, the tile whose name the barrier carries or, for a barrier named after the loop
-        (`k_empty`), every tile of the stage."""
+        of that stage, the tiles whose names the barrier carries (joined by "__":
+        `A_shared__B_shared_empty`) or, for a barrier named after the loop (`k_empty`), every tile of
+        the stage."""
         name, index = empty
-        tile = name[: -len("_empty")]
+        tiles = name[: -len("_empty")].split("__")
         held = [bar for bar in self.holds if bar[1] == index and tx // 32 in self.holds[bar]]
-        named = [bar for bar in held if bar[0] == f"{tile}_full"]
+        named = [bar for bar in held if bar[0] in {f"{t}_full" for t in tiles}]
         for bar in named or held:
             self.holds[bar].discard(tx // 32)
 

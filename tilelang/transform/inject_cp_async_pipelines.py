@@ -76,7 +76,7 @@ def inject_cp_async_pipelines(func: tirx.PrimFunc, options: CompileOptions = DEF
         form, _ = schedule.form_of(loop)
         if form != schedule.CP_ASYNC:
             return None
-        plan = schedule.consumer_order(schedule.schedule(loop), form)
+        plan = schedule.consumer_order(schedule.schedule(loop), form, stages)
         versions = schedule.multi_buffer(plan, stages)
         new_tiles.update(versions)
         return _build(loop, stages, plan, versions)

@@ -32,7 +32,7 @@ def inject_tma_pipelines(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_
         form, cluster = schedule.form_of(loop)
         if form not in (schedule.TMA, schedule.TMA_WS):
             return None
-        plan = schedule.consumer_order(schedule.schedule(loop), form)
+        plan = schedule.consumer_order(schedule.schedule(loop), form, stages)
         versions = schedule.multi_buffer(plan, stages)
         new_tiles.update(versions)
 

@@ -1,5 +1,8 @@
-"""Pass `plan_pipelines`: decide the form of each `T.Pipelined(n, num_stages=s)` loop (s >= 2) and
-record it on the loop; the injection passes build it.
+"""Pass `plan_pipelines`: decide the form of each `T.Pipelined(n, num_stages=s)` loop and record it
+on the loop; the injection passes build it. A loop of one stage (s = 1, as many public examples write
+on Hopper) takes only the warp-specialized form, one buffer per tile: the producer loads tile k + 1
+of one operand while the consumers still work on another (K and V in attention); other forms leave
+it a plain loop.
 
     cp_async  copies issued s - 1 iterations ahead as cp.async groups (`inject_cp_async_pipelines`)
     tma       TMA loads on mbarriers issued by thread 0 ahead of the loop (`inject_tma_pipelines`)
@@ -62,7 +65,13 @@ def plan_pipelines(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTION
         plan = schedule.schedule(loop)
         if not plan.producers:
             return None
+        if stages < 2 and checks.why_not(plan.producers, kernel) is not None:
+            return None
         form, cluster = _form(loop, plan, kernel)
+        if stages < 2 and form != schedule.TMA_WS:
+            # One buffer per tile: only a producer warpgroup overlaps anything (the next K tile's load
+            # with this iteration's softmax and P·V); cp.async or TMA from the consumers would not.
+            return None
         return schedule.with_form(loop, form, cluster)
 
     return schedule.map_pipelined_loops(func, visit, options)

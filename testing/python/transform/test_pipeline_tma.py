@@ -252,3 +252,17 @@ def test_tiles_allocated_after_a_binding_are_shared_by_both_warpgroups(tmp_path,
     src = k.get_kernel_source()
     assert "setmaxnreg" in src and "tl::tma_load" in src
     cuda.compile_object(src, k.target)
+
+
+def test_one_stage_attention_gets_a_producer_and_frees_each_tile_after_its_last_reader():
+    """num_stages=1 (as public examples write for Hopper): one buffer per tile, a producer warpgroup,
+    K freed right after Q·Kᵀ so its next load runs beside the softmax and P·V (barrier protocol checked)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "flash_attention"))
+    from example_mha_fwd_bshd import flashattn
+
+    func = flashattn.get_tir(1, 2, 512, 128, False, 64, 64, 1, 128)
+    configs = {"tl.check_barrier_protocol": True, "tl.enable_fast_math": True}
+    src = tilelang.compile(func, out_idx=[3], target="sm_90a", pass_configs=configs).get_kernel_source()
+    assert "setmaxnreg" in src and "K_shared_empty" in src and "V_shared_empty" in src
+    qk = re.search(r"tl::wgmma_ss<[^;]*;\s*tl::mbarrier_arrive_warp\(\(&\(K_shared_empty_ptr\[0\]\)\)\)", src)
+    assert qk is not None  # K is freed by the statement after the gemm that reads it last

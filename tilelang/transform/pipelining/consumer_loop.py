@@ -7,7 +7,8 @@ Consumers in stage 1 of `T.Pipelined(..., stage=...)` work one iteration behind 
     if n > 0: stage 1 of iteration n - 1                   # epilogue
 
 (without stage 1: one loop over the body). Each iteration frees the stage of the tiles it read
-last, on their "empty" barrier: tiles read by stage c of iteration i - c. The loop is left for
+last, on their "empty" barrier: tiles read by stage c of iteration i - c, at the end of the body,
+or (without stage 1) right after the statement that reads them last. The loop is left for
 `place_wgmma_waits` with its statements marked by consumer stage and its stage releases marked
 (`marks`): that pass runs the wgmma gemms asynchronously, and a release waits for the gemms still
 reading its stage or, in the loop, frees the stage one iteration late so that they run on. The
@@ -44,6 +45,7 @@ class Empty:
     staged: list  # the tiles' multi-buffered buffers
     tiles: list  # the tiles as the loop body names them
     generic: bool = False  # the consumers read the tiles with ordinary loads, not only as wgmma operands
+    after: int | None = None  # freed right after this consumer statement (its index), else at the body's end
 
 
 def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel: Kernel, runs=None):
@@ -62,7 +64,13 @@ def build(loop, i, stages, consumers, consumer_items, empties, staged, kernel: K
     def release(e, iteration, when=marks.ALWAYS):
         return marks.release(e, iteration, runs, stages, when, kernel.cluster is not None)
 
-    body = marked(consumer_items(i)) + [release(e, i - e.depth) for e in empties]
+    body, k = [], 0
+    for st, c in consumer_items(i):
+        body += marked([(st, c)])
+        if c is not None:  # a consumer statement (not a barrier wait): the tiles it read last are freed
+            body += [release(e, i - e.depth) for e in empties if e.after == k]
+            k += 1
+    body += [release(e, i - e.depth) for e in empties if e.after is None]
     parts = [tirx.For(i, depth, n - depth, tirx.ForKind.SERIAL, seq(body), span=loop.span)]
     if depth:
         zero = tirx.const(0, "int32")

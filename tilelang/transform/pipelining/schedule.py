@@ -201,10 +201,11 @@ def with_form(loop, form: str, cluster=None):
     )  # fmt: skip
 
 
-def consumer_order(plan: Plan, form: str) -> Plan:
+def consumer_order(plan: Plan, form: str, stages: int) -> Plan:
     """The plan the loop body runs: consumers in stages of their own only in the warp-specialized
-    Hopper pipeline (one stage deep); elsewhere in program order (the loop means the same)."""
-    if any(plan.stage_of) and (form != TMA_WS or max(plan.stage_of) > 1):
+    Hopper pipeline (one stage deep) with two or more buffers (a consumer one iteration behind reads
+    the buffer the next load writes); elsewhere in program order (the loop means the same)."""
+    if any(plan.stage_of) and (form != TMA_WS or max(plan.stage_of) > 1 or stages < 2):
         return plan.in_program_order()
     return plan
 
@@ -215,8 +216,8 @@ def multi_buffer(plan: Plan, stages: int) -> dict:
 
 
 def map_pipelined_loops(func: tirx.PrimFunc, visit, options: CompileOptions) -> tirx.PrimFunc:
-    """`func` with each loop T.Pipelined made with 2 or more stages replaced by `visit(loop, stages,
-    kernel, new_tiles)` (None: left as it is); `kernel` (`checks.Kernel`) is what the planner knows
+    """`func` with each loop T.Pipelined made with 1 or more stages replaced by `visit(loop, stages,
+    kernel, new_tiles)` (None: left as it is; a one-stage loop's body is then visited as a plain loop's); `kernel` (`checks.Kernel`) is what the planner knows
     around it. A pipelined loop's body is not visited. Tiles `visit` multi-buffers (entered in
     `new_tiles`: old buffer -> new) are allocated in their new shape, and must not be used outside
     their loop."""
@@ -235,13 +236,16 @@ def map_pipelined_loops(func: tirx.PrimFunc, visit, options: CompileOptions) -> 
         guards[0] -= 1
         return out
 
+    def descend(loop, recurse):
+        depth[0] += 1
+        out = recurse(loop)
+        depth[0] -= 1
+        return out
+
     def on_for(loop, recurse):
         stages = stages_of(loop)
-        if stages < 2:
-            depth[0] += 1
-            out = recurse(loop)
-            depth[0] -= 1
-            return out
+        if stages < 1:
+            return descend(loop, recurse)
         tx, threads = scope.threads.get("threadIdx.x", (None, 1))
         kernel = checks.Kernel(
             func,
@@ -259,6 +263,8 @@ def map_pipelined_loops(func: tirx.PrimFunc, visit, options: CompileOptions) -> 
             options=options,
         )
         out = visit(loop, stages, kernel, new_tiles)
+        if out is None and stages < 2:  # a one-stage loop left as written: a plain loop, may hold pipelines
+            return descend(loop, recurse)
         return out if out is not None else loop
 
     body = mutate_with_scope(func.body, scope, {tirx.For: on_for, tirx.IfThenElse: on_if})

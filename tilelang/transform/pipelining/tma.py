@@ -23,7 +23,9 @@ but a wgmma operand) fences those reads against the async proxy (fence.proxy.asy
 stage is freed (before the arrival, or the block barrier): the next TMA load into the stage is an
 async-proxy write, which neither of those orders after reads still in flight.
 
-Tiles the consumers read in the same consumer stage share one "empty" barrier per stage. The
+Tiles the consumers read in the same consumer stage share one "empty" barrier per stage; with one
+stage (`num_stages=1`, one buffer per tile), tiles last read by the same statement share one, freed
+right after that statement: that is what lets a load overlap any work. The
 consumers' side (`consumer_loop`) also runs consumer stages one iteration apart, and marks where
 each stage is freed: `place_wgmma_waits` then runs the wgmma gemms asynchronously, makes the
 arrivals and lets two warpgroups take turns at the tensor cores. A gemm whose shared operands only
@@ -69,6 +71,9 @@ from tilelang.transform.pipelining.wgmma_waits import mma_of
 from tilelang.utils.ir import collect, extern, is_zero, seq
 
 WS_REGION = "tl.ws"  # AttrStmt value: number of consumer threads
+# An empty barrier is named after the loop (it frees every tile) or after its tiles, joined by this
+# (`A_shared__B_shared_empty`); the barrier-protocol checker reads the names back.
+EMPTY_JOIN = "__"
 WS_PRELUDE = "tl.ws_prelude"
 WS_PRODUCER = "tl.ws_producer"
 WS_CONSUMER = "tl.ws_consumer"
@@ -76,8 +81,8 @@ WS_CONSUMER = "tl.ws_consumer"
 logger = logging.getLogger("tilelang")
 
 
-def _first(tiles, read_in, c):
-    return next(t for t in tiles if read_in[t] == c)
+def _empty_name(loop, groups, group) -> str:
+    return loop.loop_var.name if len(groups) == 1 else EMPTY_JOIN.join(t.name for t in group)
 
 
 def _uses(stmt, buffer) -> bool:
@@ -141,24 +146,28 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
     consumers = [(st, c) for st, c in zip(plan.ordered, plan.stage_of) if not any(st.same_as(p) for p in producers)]
     full = {t: tirx.decl_buffer((stages,), "uint64", f"{t.name}_full", scope="shared") for t in tiles}
     # A tile of iteration j is free once the consumer stage c that reads it has run body j + c:
-    # tiles read in the same stage share one "empty" barrier per stage.
+    # tiles read in the same stage share one "empty" barrier per stage. With one stage (one buffer
+    # per tile), tiles share one only with those read last by the same statement, freed right after
+    # it: the producer loads K of the next iteration while the consumers still run P·V on this V.
     read_in = {t: max([c for st, c in consumers if _uses(st, t)], default=0) for t in tiles}
-    depths = sorted(set(read_in.values()))
+    staged_of = dict(zip(tiles, staged))
+    if any(read_in.values()) or stages > 1 or not specialize:
+        groups = [(c, None, [t for t in tiles if read_in[t] == c]) for c in sorted(set(read_in.values()))]
+    else:
+        last = {t: max([j for j, (st, _) in enumerate(consumers) if _uses(st, t)], default=None) for t in tiles}
+        after = sorted({last[t] for t in tiles}, key=lambda j: len(consumers) if j is None else j)
+        groups = [(0, j, [t for t in tiles if last[t] == j]) for j in after]
     empties = [
         Empty(
-            tirx.decl_buffer(
-                (stages,),
-                "uint64",
-                f"{loop.loop_var.name}_empty" if len(depths) == 1 else f"{_first(tiles, read_in, c).name}_empty",
-                scope="shared",
-            ),
+            tirx.decl_buffer((stages,), "uint64", f"{_empty_name(loop, groups, group)}_empty", scope="shared"),
             c,
-            [s for t, s in zip(tiles, staged) if read_in[t] == c],
-            [t for t in tiles if read_in[t] == c],
-            any(_read_generically(consumers, t) for t in tiles if read_in[t] == c),
+            [staged_of[t] for t in group],
+            group,
+            any(_read_generically(consumers, t) for t in group),
+            after,
         )
-        for c in depths
-    ]
+        for c, after, group in groups
+    ]  # fmt: skip
 
     # 2-block clusters: tiles both blocks of a pair copy are loaded half by each, multicast.
     kernel.cluster = cluster[0] if cluster else None
