@@ -21,6 +21,12 @@ EXAMPLES = [
     ("example_mha_bwd", dict(batch=1, heads=2, head_kv=1, seq_len=128, dim=64, is_causal=True)),
     ("example_mla_decode", dict(batch=1, heads=64, seqlen_kv=256)),
     ("example_mla_decode", dict(batch=1, heads=64, seqlen_kv=256, num_split=2)),
+    ("example_gemv", dict(N=200, K=1000, block_N=4, block_K=256)),
+    ("example_gemm_splitk", dict(M=16, N=256, K=1024, split_k=4)),
+    ("example_gemm_splitk", dict(M=16, N=256, K=1024, split_k=4, combine="reduce")),
+    ("example_gemm_fp8", dict(M=256, N=256, K=512, block_M=64, block_N=64)),
+    ("example_gemm_fp8", dict(M=200, N=256, K=512, block_M=64, block_N=64, persistent=True)),
+    ("example_gemm_fp8_blockscale", dict(M=256, N=256, K=512, block_M=64, block_N=128)),
 ]
 
 

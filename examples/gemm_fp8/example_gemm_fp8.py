@@ -10,6 +10,7 @@ On sm_90a the gemm is a wgmma fed by TMA from a producer warpgroup; on sm_89 an 
 """
 
 import argparse
+import os
 
 import torch
 from fp8_quant import assert_close, quantize_per_tensor, reference_per_tensor
@@ -96,21 +97,24 @@ def gemm_fp8_persistent(
 
 
 def main(M=4096, N=4096, K=4096, block_M=128, block_N=256, block_K=128, threads=256, num_stages=3,
-         out_dtype="bfloat16", persistent=False):  # fmt: skip
-    a_fp8, scale_a = quantize_per_tensor(torch.randn(M, K, device="cuda"))
-    b_fp8, scale_b = quantize_per_tensor(torch.randn(N, K, device="cuda"))
-    if persistent:
-        num_sms = torch.cuda.get_device_properties(0).multi_processor_count
-        kernel = gemm_fp8_persistent(M, N, K, num_sms, block_M, block_N, block_K, out_dtype, threads, num_stages)
-    else:
-        kernel = gemm_fp8(M, N, K, block_M, block_N, block_K, out_dtype, threads, num_stages)
-    c = kernel(a_fp8, b_fp8, scale_a, scale_b)
-    assert c.dtype == getattr(torch, out_dtype)
-    assert_close(c, reference_per_tensor(a_fp8, scale_a, b_fp8, scale_b), tensor_core_depth=K)
-    ms = do_bench(lambda: kernel(a_fp8, b_fp8, scale_a, scale_b), return_mode="median")
-    what = "fp8 gemm, per-tensor scales" + (", persistent" if persistent else "")
-    print(f"{what}, {M} x {N} x {K}: {2 * M * N * K / ms / 1e9:.0f} TFLOP/s")
-    print(f"{what}: all checks passed")
+         out_dtype="bfloat16", persistent=False, device=None):  # fmt: skip
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with tilelang.use_target(device):  # the kernels compile for where the tensors live
+        a_fp8, scale_a = quantize_per_tensor(torch.randn(M, K, device=device))
+        b_fp8, scale_b = quantize_per_tensor(torch.randn(N, K, device=device))
+        if persistent:
+            cpu = device == "cpu"  # one block per SM (per core on the CPU)
+            num_sms = os.cpu_count() if cpu else torch.cuda.get_device_properties(0).multi_processor_count
+            kernel = gemm_fp8_persistent(M, N, K, num_sms, block_M, block_N, block_K, out_dtype, threads, num_stages)
+        else:
+            kernel = gemm_fp8(M, N, K, block_M, block_N, block_K, out_dtype, threads, num_stages)
+        c = kernel(a_fp8, b_fp8, scale_a, scale_b)
+        assert c.dtype == getattr(torch, out_dtype)
+        assert_close(c, reference_per_tensor(a_fp8, scale_a, b_fp8, scale_b), tensor_core_depth=K)
+        ms = do_bench(lambda: kernel(a_fp8, b_fp8, scale_a, scale_b), return_mode="median", device=device)
+        what = "fp8 gemm, per-tensor scales" + (", persistent" if persistent else "")
+        print(f"{what}, {M} x {N} x {K}: {2 * M * N * K / ms / 1e9:.0f} TFLOP/s")
+        print(f"{what}: all checks passed")
 
 
 if __name__ == "__main__":
@@ -120,5 +124,6 @@ if __name__ == "__main__":
     parser.add_argument("--k", type=int, default=4096)
     parser.add_argument("--out-dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--persistent", action="store_true", help="one block per SM walking the tiles")
+    parser.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when torch sees a GPU, else cpu")
     args = parser.parse_args()
-    main(args.m, args.n, args.k, out_dtype=args.out_dtype, persistent=args.persistent)
+    main(args.m, args.n, args.k, out_dtype=args.out_dtype, persistent=args.persistent, device=args.device)

@@ -73,17 +73,20 @@ def gemm_fp8_blockscale(
     return main
 
 
-def main(M=4096, N=4096, K=4096, block_M=128, block_N=128, threads=256, num_stages=4, out_dtype="bfloat16"):
-    a_fp8, scales_a = quantize_1x128(blocky_randn(M, K, 1, BLOCK))
-    b_fp8, scales_b = quantize_128x128(blocky_randn(N, K, BLOCK, BLOCK))
-    scales_a_t = scales_a.T.contiguous()  # (K blocks, M): the kernel's layout
-    kernel = gemm_fp8_blockscale(M, N, K, block_M, block_N, out_dtype, threads, num_stages)
-    c = kernel(a_fp8, b_fp8, scales_a_t, scales_b)
-    assert c.dtype == getattr(torch, out_dtype)
-    assert_close(c, reference_blockscale(a_fp8, scales_a, b_fp8, scales_b))
-    ms = do_bench(lambda: kernel(a_fp8, b_fp8, scales_a_t, scales_b), return_mode="median")
-    print(f"fp8 gemm, 1x128 / 128x128 block scales, {M} x {N} x {K}: {2 * M * N * K / ms / 1e9:.0f} TFLOP/s")
-    print("fp8 gemm, block scales: all checks passed")
+def main(M=4096, N=4096, K=4096, block_M=128, block_N=128, threads=256, num_stages=4, out_dtype="bfloat16",
+         device=None):  # fmt: skip
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with tilelang.use_target(device):  # the kernels compile for where the tensors live
+        a_fp8, scales_a = quantize_1x128(blocky_randn(M, K, 1, BLOCK, device))
+        b_fp8, scales_b = quantize_128x128(blocky_randn(N, K, BLOCK, BLOCK, device))
+        scales_a_t = scales_a.T.contiguous()  # (K blocks, M): the kernel's layout
+        kernel = gemm_fp8_blockscale(M, N, K, block_M, block_N, out_dtype, threads, num_stages)
+        c = kernel(a_fp8, b_fp8, scales_a_t, scales_b)
+        assert c.dtype == getattr(torch, out_dtype)
+        assert_close(c, reference_blockscale(a_fp8, scales_a, b_fp8, scales_b))
+        ms = do_bench(lambda: kernel(a_fp8, b_fp8, scales_a_t, scales_b), return_mode="median", device=device)
+        print(f"fp8 gemm, 1x128 / 128x128 block scales, {M} x {N} x {K}: {2 * M * N * K / ms / 1e9:.0f} TFLOP/s")
+        print("fp8 gemm, block scales: all checks passed")
 
 
 if __name__ == "__main__":
@@ -92,5 +95,6 @@ if __name__ == "__main__":
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--k", type=int, default=4096)
     parser.add_argument("--out-dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    parser.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when torch sees a GPU, else cpu")
     args = parser.parse_args()
-    main(args.m, args.n, args.k, out_dtype=args.out_dtype)
+    main(args.m, args.n, args.k, out_dtype=args.out_dtype, device=args.device)

@@ -115,30 +115,32 @@ def default_stages(block_M, block_N, block_K, smem_per_block=96 * 1024):
     return max(2, min(4, smem_per_block // stage_bytes))
 
 
-def main(M=32, N=4096, K=8192, block_N=64, block_K=128, split_k=None, combine="atomic"):
-    block_M = default_block_m(M)
-    stages = default_stages(block_M, block_N, block_K)
-    sms = num_sms()
-    if split_k is None:
-        split_k = choose_split_k(M, N, K, block_M, block_N, block_K, sms)
-    kernel = matmul_splitk(M, N, K, block_M, block_N, block_K, split_k, combine, num_stages=stages)
-    A, B = randn(M, K), randn(K, N)
-    C = kernel(A, B)
-    assert C.dtype == (torch.float32 if combine == "atomic" else torch.float16)
-    # Results are ~sqrt(K) in size: the tolerance covers fp16's rounding of C ("reduce") and fp32
-    # sums taken in another order than torch's.
-    ref = ref_matmul(A, B)
-    torch.testing.assert_close(C.float(), ref, rtol=1e-2, atol=5e-2)
-    unsplit = matmul_splitk(M, N, K, block_M, block_N, block_K, 1, combine, num_stages=stages)
-    torch.testing.assert_close(unsplit(A, B).float(), ref, rtol=1e-2, atol=5e-2)
-    ms, ms_unsplit = time_ms(lambda: kernel(A, B)), time_ms(lambda: unsplit(A, B))
-    tiles = math.ceil(M / block_M) * math.ceil(N / block_N)
-    moved = 2 * (M * K + K * N) + C.element_size() * M * N
-    print(
-        f"split-K gemm ({combine}) M={M} N={N} K={K}: {tiles} tiles for {sms} SMs; "
-        f"split 1: {ms_unsplit * 1e3:.1f} us, split {split_k}: {ms * 1e3:.1f} us, {gbs(moved, ms):.0f} GB/s "
-        f"(H200 peak {PEAK_HBM_GBS}); all checks passed"
-    )
+def main(M=32, N=4096, K=8192, block_N=64, block_K=128, split_k=None, combine="atomic", device=None):
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with tilelang.use_target(device):  # the kernels compile for where the tensors live
+        block_M = default_block_m(M)
+        stages = default_stages(block_M, block_N, block_K)
+        sms = num_sms(device)
+        if split_k is None:
+            split_k = choose_split_k(M, N, K, block_M, block_N, block_K, sms)
+        kernel = matmul_splitk(M, N, K, block_M, block_N, block_K, split_k, combine, num_stages=stages)
+        A, B = randn(M, K, device=device), randn(K, N, device=device)
+        C = kernel(A, B)
+        assert C.dtype == (torch.float32 if combine == "atomic" else torch.float16)
+        # Results are ~sqrt(K) in size: the tolerance covers fp16's rounding of C ("reduce") and fp32
+        # sums taken in another order than torch's.
+        ref = ref_matmul(A, B)
+        torch.testing.assert_close(C.float(), ref, rtol=1e-2, atol=5e-2)
+        unsplit = matmul_splitk(M, N, K, block_M, block_N, block_K, 1, combine, num_stages=stages)
+        torch.testing.assert_close(unsplit(A, B).float(), ref, rtol=1e-2, atol=5e-2)
+        ms, ms_unsplit = time_ms(lambda: kernel(A, B), device), time_ms(lambda: unsplit(A, B), device)
+        tiles = math.ceil(M / block_M) * math.ceil(N / block_N)
+        moved = 2 * (M * K + K * N) + C.element_size() * M * N
+        print(
+            f"split-K gemm ({combine}) M={M} N={N} K={K}: {tiles} tiles for {sms} SMs; "
+            f"split 1: {ms_unsplit * 1e3:.1f} us, split {split_k}: {ms * 1e3:.1f} us, {gbs(moved, ms):.0f} GB/s "
+            f"(H200 peak {PEAK_HBM_GBS}); all checks passed"
+        )
 
 
 if __name__ == "__main__":
@@ -148,5 +150,6 @@ if __name__ == "__main__":
     parser.add_argument("--k", type=int, default=8192)
     parser.add_argument("--split_k", type=int, default=None, help="default: choose_split_k for this GPU")
     parser.add_argument("--combine", choices=["atomic", "reduce"], default="atomic")
+    parser.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when torch sees a GPU, else cpu")
     args = parser.parse_args()
-    main(args.m, args.n, args.k, split_k=args.split_k, combine=args.combine)
+    main(args.m, args.n, args.k, split_k=args.split_k, combine=args.combine, device=args.device)

@@ -1,6 +1,8 @@
 """A shape fuzzer against torch: random problems of the families in fuzz_kernels.py, each compiled and,
 on a GPU, run and compared with torch. Without a GPU (or with --compile-only) each is only compiled
-to CUDA for a random target (sm_80, sm_89, sm_90a), which still finds internal errors.
+to CUDA for a random target (sm_80, sm_89, sm_90a), which still finds internal errors; with
+--device cpu each runs on the CPU target against torch (numbers without a GPU: the front end, the
+tile ops' semantics and the edge guards, not the GPU lowering).
 
 Every case ends as one of: ok; a wrong answer (a bug: keep the case as a test once fixed); an
 internal error (a bug); a UserError (acceptable when it names the user's kernel line: "-->"), or a
@@ -9,6 +11,7 @@ printed with their arguments so that one can be re-run alone (--only "family(arg
 
     python testing/fuzz/run_fuzz.py --seed 0 --cases 10000 --budget-s 3600      # on the H200
     python testing/fuzz/run_fuzz.py --seed 0 --cases 200 --compile-only          # anywhere
+    python testing/fuzz/run_fuzz.py --seed 0 --cases 500 --device cpu            # numbers, anywhere
 """
 
 from __future__ import annotations
@@ -71,9 +74,7 @@ def _attention(rng):
 FAMILIES = [_gemm, _gemm, _gemm, _copy, _row_reduce, _softmax, _attention]
 
 
-def _inputs(torch, family, a):
-    dev = "cuda"
-
+def _inputs(torch, family, a, dev="cuda"):
     def rand(shape, dtype):
         if dtype.startswith("int"):
             return torch.randint(-4, 4, shape, device=dev, dtype=getattr(torch, dtype))
@@ -115,8 +116,8 @@ def _tolerance(family, a):
     return 1e-2, 1e-2
 
 
-def run_case(family, args, target, compile_only):
-    """('ok' | 'wrong' | 'internal' | 'user' | 'user-no-line', detail)."""
+def run_case(family, args, target, compile_only, device="cuda"):
+    """('ok' | 'wrong' | 'internal' | 'user' | 'user-no-line', detail). `device` "cpu": run on the CPU target."""
     factory = getattr(kernels, family)
     try:
         func = factory(**args)
@@ -126,8 +127,8 @@ def run_case(family, args, target, compile_only):
             return "ok", ""
         import torch
 
-        inputs, ref, out_idx = _inputs(torch, family, args)
-        kernel = tilelang.compile(func, out_idx=out_idx)
+        inputs, ref, out_idx = _inputs(torch, family, args, device)
+        kernel = tilelang.compile(func, out_idx=out_idx, target="cpu" if device == "cpu" else None)
         out = kernel(*inputs)
     except UserError as e:
         text = str(e)
@@ -154,9 +155,10 @@ def main():
     parser.add_argument("--budget-s", type=float, default=None, help="stop after this many seconds")
     parser.add_argument("--compile-only", action="store_true", help="compile to CUDA only (no GPU needed)")
     parser.add_argument("--family", default=None, help="draw only this family (gemm, copy, ...)")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: run on the CPU target")
     args = parser.parse_args()
     compile_only = args.compile_only
-    if not compile_only:
+    if not compile_only and args.device == "cuda":
         import torch
 
         compile_only = not torch.cuda.is_available()
@@ -169,7 +171,7 @@ def main():
             break
         family, kw = rng.choice(families)(rng)
         target = rng.choice(["sm_80", "sm_89", "sm_90a"]) if compile_only else None
-        status, detail = run_case(family, kw, target, compile_only)
+        status, detail = run_case(family, kw, target, compile_only, args.device)
         counts[status] = counts.get(status, 0) + 1
         if status == "user":
             user_errors[detail[:90]] = user_errors.get(detail[:90], 0) + 1
@@ -178,7 +180,7 @@ def main():
             print(f"[{case}] {status}: {family}({kw}) target={target}\n    {detail}", flush=True)
     total = sum(counts.values())
     print(f"\n{total} cases in {time.time() - start:.0f} s (seed {args.seed}, "
-          f"{'compile only' if compile_only else 'run against torch'}): {counts}")  # fmt: skip
+          f"{'compile only' if compile_only else f'run against torch on {args.device}'}): {counts}")  # fmt: skip
     for text, n in sorted(user_errors.items(), key=lambda x: -x[1]):
         print(f"  UserError x{n}: {text}")
     return 1 if failures else 0

@@ -1,5 +1,5 @@
-"""The fuzzer keeps working: a few cases of every family compiled for sm_80 and sm_90a (CPU), and on a
-GPU run against torch. The full runs are `run_fuzz.py` (see its docstring)."""
+"""The fuzzer keeps working: a few cases of every family compiled for sm_80 and sm_90a and run against
+torch on the CPU target, and on a GPU run against torch there. The full runs are `run_fuzz.py` (see its docstring)."""
 
 import random
 
@@ -24,4 +24,13 @@ def test_every_family_matches_torch(family):
     for _ in range(3):
         name, kw = family(rng)
         status, detail = run_fuzz.run_case(name, kw, None, compile_only=False)
+        assert status in ("ok", "user"), (name, kw, detail)
+
+
+@pytest.mark.parametrize("family", [f for f in dict.fromkeys(run_fuzz.FAMILIES)])
+def test_every_family_matches_torch_on_the_cpu(family):
+    rng = random.Random(13)
+    for _ in range(4):
+        name, kw = family(rng)
+        status, detail = run_fuzz.run_case(name, kw, None, compile_only=False, device="cpu")
         assert status in ("ok", "user"), (name, kw, detail)
