@@ -46,6 +46,7 @@ from tilelang.transform.lower_tma_copies import lower_tma_copies
 from tilelang.transform.pack_fp4_tensors import pack_fp4_tensors
 from tilelang.transform.place_wgmma_waits import place_wgmma_waits
 from tilelang.transform.plan_pipelines import plan_pipelines
+from tilelang.transform.raise_copy_loops import raise_copy_loops
 from tilelang.transform.rasterize_blocks import rasterize_blocks
 from tilelang.transform.relax_role_barriers import relax_role_barriers
 from tilelang.transform.retype_access_ptrs import retype_access_ptrs
@@ -80,6 +81,9 @@ def _tile_passes(options: CompileOptions, target):
         # Tiles allocated inside loop bodies become one allocation in front of the loop, before any
         # pass restructures loops (a pipeline's prologue copies need the tile defined before it).
         ("hoist_allocations", hoist_allocations),
+        # A T.Parallel loop in a pipelined loop that only copies a global tile into a shared one is
+        # that T.copy, for the planners below (TMA, pipelines) to issue it ahead like the user's copies.
+        ("raise_copy_loops", raise_copy_loops),
         # Register hints (T.annotate_*_reg_*, T.no_set_max_nreg) are for the whole kernel: out of
         # the body before any pass moves code around them, kept for set_register_budgets.
         ("collect_register_hints", collect_register_hints),
