@@ -147,7 +147,7 @@ class EagerKernel:
                 raise UserError(f"{self.name}: the size '{name}' (T.const) is {where}; pass {given}{name}=<int>")
             shape = getattr(tensor, "shape", None)
             if shape is None or len(shape) != len(param.shape):  # the full story, as a kernel's call tells it
-                check_argument(param, tensor, self.tensors.index(param.name), self.name, device=False)
+                check_argument(param, tensor, self.tensors.index(param.name), self.name, device=None)
             sizes.append(int(logical_shape(param, shape)[dim]))
         return tuple(sizes)
 
@@ -173,7 +173,7 @@ class EagerKernel:
                 {**extra, **named},
                 out_idx,
             )
-            self._check_inputs(kernel, inputs, device=run)
+            self._check_inputs(kernel, inputs, device=kernel.device_type if run else None)
             self._kernels[(key, sizes)] = kernel
         return kernel, inputs
 

@@ -173,14 +173,9 @@ def _where(param: Param, position: int, kernel_name: str) -> str:
 _DEVICES = {"cuda": "a CUDA device", "cpu": "the CPU"}
 
 
-def _device_type(device) -> str | None:
-    """The device type a check wants: True means "cuda" (the GPU targets), False/None no check."""
-    return "cuda" if device is True else (device or None)
-
-
-def _problems(param: Param, arg, device="cuda") -> list[str]:
+def _problems(param: Param, arg, device: str | None = "cuda") -> list[str]:
     """What is wrong with `arg` as `param`, on its own (symbols shared with others are not checked).
-    `device`: the device type the kernel runs on ("cuda", "cpu"), or False not to check it."""
+    `device`: the device type the kernel runs on ("cuda", "cpu"), or None/False not to check it."""
     from tilelang.dtypes import canonical
 
     problems = []
@@ -192,15 +187,14 @@ def _problems(param: Param, arg, device="cuda") -> list[str]:
         problems.append(f"{arg.dim()} dimensions instead of {len(param.shape)}")
     elif any(isinstance(want, int) and want != got for want, got in zip(param.shape, shape)):
         problems.append(f"shape {list(shape)} instead of {format_shape(param.shape)}")
-    want = _device_type(device)
-    if want and arg.device.type != want:
-        problems.append(f"device {arg.device} instead of {_DEVICES.get(want, want)}")
+    if device and arg.device.type != device:
+        problems.append(f"device {arg.device} instead of {_DEVICES.get(device, device)}")
     if not arg.is_contiguous():
         problems.append("a non-contiguous layout (call .contiguous() first)")
     return problems
 
 
-def check_argument(param: Param, arg, position: int, kernel_name: str, device="cuda") -> None:
+def check_argument(param: Param, arg, position: int, kernel_name: str, device: str | None = "cuda") -> None:
     """Raise ValueError if `arg` cannot be passed as `param` (its dynamic dimensions may be any
     size here; `bind_symbols` checks that tensors sharing a symbol agree). A scalar parameter takes
     a Python number that fits its dtype; a pointer parameter a tensor or an int address."""
@@ -217,8 +211,7 @@ def check_argument(param: Param, arg, position: int, kernel_name: str, device="c
     if param.kind == "pointer":
         if isinstance(arg, bool) or not isinstance(arg, (int, torch.Tensor)):
             raise ValueError(f"{where} expects {param.describe()}, got {_describe_arg(arg)}")
-        want = _device_type(device)
-        if want and isinstance(arg, torch.Tensor) and arg.device.type != want:
+        if device and isinstance(arg, torch.Tensor) and arg.device.type != device:
             raise ValueError(f"{where} expects {param.describe()}, got {_describe_arg(arg)}")
         return
     if not isinstance(arg, torch.Tensor):
@@ -334,7 +327,7 @@ def diagnose(params: list[Param], args, kernel_name: str, device: str = "cuda") 
         names = ", ".join(p.name for p in params)
         raise ValueError(f"{kernel_name} takes {len(params)} arguments ({names}), got {len(args)}")
     for k, (param, arg) in enumerate(zip(params, args)):
-        check_argument(param, arg, k, kernel_name, device=False)
+        check_argument(param, arg, k, kernel_name, device=None)
     bind_symbols(params, args, kernel_name)
     devices = set()
     for k, (param, arg) in enumerate(zip(params, args)):

@@ -169,7 +169,7 @@ def _require_cuda(backend: str) -> None:
 
 
 def _is_cpu(device) -> bool:
-    return isinstance(device, str) and device == "cpu" or getattr(device, "type", None) == "cpu"
+    return device == "cpu" or getattr(device, "type", None) == "cpu"
 
 
 def _time_cpu(fn, warmup, rep, n_warmup, n_repeat, early_stop_baseline) -> list[float]:

@@ -187,7 +187,7 @@ class Profiler:
                 quantiles=quantiles,
                 backend=backend,
                 return_mode=return_mode,
-                device=device if device is not None or self.device != "cpu" else "cpu",
+                device=device if device is not None else self.device,
                 early_stop_baseline=early_stop_baseline,
             )
 

@@ -274,3 +274,20 @@ def test_autotune_on_the_cpu(tmp_path, monkeypatch):
     assert kernel.config["block"] in (64, 256) and kernel.latency > 0
     a = torch.randn(4096)
     torch.testing.assert_close(kernel(a), a * 2)
+
+
+@tilelang.jit
+def eager_double(A):
+    N = T.const("N")
+    A: T.Tensor((N,), "float32")
+    B = T.empty((N,), "float32")
+    with T.Kernel(T.ceildiv(N, 64), threads=64) as bx:
+        for i in T.Parallel(64):
+            B[bx * 64 + i] = A[bx * 64 + i] * 2.0
+    return B
+
+
+def test_an_eager_kernel_runs_on_cpu_tensors():
+    a = torch.randn(300)
+    with tilelang.use_target("cpu"):
+        torch.testing.assert_close(eager_double(a), a * 2)
