@@ -14,30 +14,11 @@ import time
 import torch
 
 import tilelang
-import tilelang.language as T
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "elementwise"))
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+sys.path[:0] = [os.path.join(EXAMPLES, "elementwise"), os.path.join(EXAMPLES, "gemm")]
 from example_elementwise_add import vector_add  # noqa: E402
-
-
-@tilelang.jit(out_idx=[-1])
-def matmul(M, N, K, block_M=64, block_N=64, block_K=32, dtype="float32", accum_dtype="float32"):
-    """The plain tiled GEMM of the GPU examples, unchanged: on the CPU each block is a task."""
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-            A_s = T.alloc_shared((block_M, block_K), dtype)
-            B_s = T.alloc_shared((block_K, block_N), dtype)
-            C_l = T.alloc_fragment((block_M, block_N), accum_dtype)
-            T.clear(C_l)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
-                T.copy(A[by * block_M, k * block_K], A_s)
-                T.copy(B[k * block_K, bx * block_N], B_s)
-                T.gemm(A_s, B_s, C_l)
-            T.copy(C_l, C[by * block_M, bx * block_N])
-
-    return main
+from example_gemm import matmul  # noqa: E402  (the GPU example's GEMM, unchanged: on the CPU each block is a task)
 
 
 def median_ms(fn, repeat=30):
@@ -67,7 +48,7 @@ def main(threads=None):
             x, y = torch.randn(M, K), torch.randn(K, N)
             best = None
             for cfg in (blocks, (32, 64, 64), (64, 128, 64)):
-                kernel = matmul(M, N, K, *cfg, dtype=dtype)
+                kernel = matmul(M, N, K, *cfg, dtype=dtype, accum_dtype="float32", num_stages=2)
                 torch.testing.assert_close(kernel(x, y), x @ y, rtol=1e-4, atol=1e-3)
                 t = median_ms(lambda kernel=kernel: kernel(x, y), 10)
                 best = t if best is None else min(best, t)

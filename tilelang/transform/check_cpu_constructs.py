@@ -22,6 +22,7 @@ from tvm import ir, tirx
 from tilelang import intrinsics
 from tilelang.errors import at_span
 from tilelang.op import atomic, base
+from tilelang.op.loop_indices import uses
 from tilelang.transform.common import Scope, is_thread_extent, mutate_with_scope
 from tilelang.transform.lower_tile_ops_for_cpu import LAUNCH_HINTS
 from tilelang.utils.ir import collect
@@ -43,10 +44,6 @@ def _gpu_call(call) -> str | None:
         return str(call.args[0].value)
     found = intrinsics.lookup(call)
     return f"tl::{found.name}" if found is not None else None
-
-
-def _uses(node, variables) -> bool:
-    return any(v in variables for v in collect(node, tirx.Var))
 
 
 def is_thread_branch(scope: Scope, stmt) -> bool:
@@ -80,7 +77,7 @@ def check_cpu_constructs(func: tirx.PrimFunc) -> tirx.PrimFunc:
         branch = is_thread_branch(scope, stmt)
         exprs = [] if branch else _own_exprs(stmt)
         calls = [c for expr in exprs for c in collect(expr, ir.Call)]
-        if isinstance(stmt, tirx.IfThenElse) and threads and _uses(stmt.condition, threads):
+        if isinstance(stmt, tirx.IfThenElse) and threads and uses(stmt.condition, threads):
             calls += collect(stmt, ir.Call)  # a branch on one thread: name the GPU work inside (mbarrier init)
         for call in calls:  # (named first: the clearer error)
             if getattr(call.op, "name", "") == BLOCK_BARRIER and branches:
@@ -93,7 +90,7 @@ def check_cpu_constructs(func: tirx.PrimFunc) -> tirx.PrimFunc:
             what = _gpu_call(call)
             if what is not None:
                 raise at_span(f"'{what}' is GPU code: not available on target 'cpu' ({_REASON})", stmt.span)
-        if threads and any(_uses(expr, threads) for expr in exprs):
+        if threads and any(uses(expr, threads) for expr in exprs):
             raise at_span(
                 "this statement reads the thread index (T.get_thread_binding(), a branch on single threads): "
                 f"not available on target 'cpu' ({_REASON}); write it with tile ops and T.Parallel, or "

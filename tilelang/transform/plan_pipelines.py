@@ -40,12 +40,17 @@ from tilelang.utils.target import has_tma
 logger = logging.getLogger("tilelang")
 
 
-def _form(loop, plan, kernel) -> tuple:
-    """(form, cluster) of a loop with producers."""
+def _form(loop, plan, kernel, stages: int) -> tuple:
+    """(form, cluster) of a loop with producers; (None, None) for a one-stage loop left plain."""
     name = loop.loop_var.name
     reason = checks.why_not(plan.producers, kernel)
     no_ws = reason or checks.why_not_specialized(loop, plan.producers, kernel)
     reason = reason or checks.why_not_nested(kernel, no_ws)
+    if stages < 2 and no_ws is not None:
+        # One buffer per tile: only a producer warpgroup overlaps anything (the next K tile's load
+        # with this iteration's softmax and P·V); cp.async or TMA from the consumers would not.
+        logger.debug("pipelined loop '%s': one stage without a producer warpgroup, a plain loop (%s)", name, no_ws)
+        return None, None
     if any(plan.stage_of) and (no_ws is not None or max(plan.stage_of) > 1):
         why = no_ws if no_ws is not None else "consumer stages beyond 1"
         logger.debug("pipelined loop '%s': consumers in program order, one stage (%s)", name, why)
@@ -65,13 +70,7 @@ def plan_pipelines(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTION
         plan = schedule.schedule(loop)
         if not plan.producers:
             return None
-        if stages < 2 and checks.why_not(plan.producers, kernel) is not None:
-            return None
-        form, cluster = _form(loop, plan, kernel)
-        if stages < 2 and form != schedule.TMA_WS:
-            # One buffer per tile: only a producer warpgroup overlaps anything (the next K tile's load
-            # with this iteration's softmax and P·V); cp.async or TMA from the consumers would not.
-            return None
-        return schedule.with_form(loop, form, cluster)
+        form, cluster = _form(loop, plan, kernel, stages)
+        return schedule.with_form(loop, form, cluster) if form is not None else None
 
     return schedule.map_pipelined_loops(func, visit, options)

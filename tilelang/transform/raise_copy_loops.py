@@ -26,22 +26,19 @@ from tvm import ir, sym, tirx
 
 from tilelang.op import base
 from tilelang.op.copy import NAME as COPY
+from tilelang.op.loop_indices import uses
 from tilelang.op.loops import split_parallel_nest
 from tilelang.transform.pipelining.schedule import stages_of
-from tilelang.utils.ir import collect, is_zero
+from tilelang.utils.ir import is_zero
 
 _SHARED = ("shared", "shared.dyn")
-
-
-def _uses(expr, var) -> bool:
-    return any(v.same_as(var) for v in collect(expr, tirx.Var))
 
 
 def _source_region(load, loop_vars, extents, analyzer):
     """(starts, extents) of the global tile `load` reads across the loop nest, or None."""
     starts, sizes, order = [], [], []
     for index in load.indices:
-        used = [k for k, v in enumerate(loop_vars) if _uses(index, v)]
+        used = [k for k, v in enumerate(loop_vars) if uses(index, [v])]
         if not used:
             starts.append(index)
             sizes.append(tirx.const(1, "int32"))
@@ -50,7 +47,7 @@ def _source_region(load, loop_vars, extents, analyzer):
             return None
         k = used[0]
         start = analyzer.simplify(index - loop_vars[k])
-        if _uses(start, loop_vars[k]):
+        if uses(start, [loop_vars[k]]):
             return None  # a coefficient other than 1 (a strided read)
         starts.append(start)
         sizes.append(extents[k])

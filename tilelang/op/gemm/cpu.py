@@ -21,7 +21,7 @@ from tilelang.utils.ir import i32 as _c
 from tilelang.utils.ir import seq
 
 
-def _region_load(region, coords):
+def _region_index(region, coords):
     """`region.buffer` at the tile coordinates `coords` (one per non-unit extent of the region)."""
     it = iter(coords)
     idx = []
@@ -41,7 +41,7 @@ def lower_cpu(g) -> tirx.Stmt:
     m, n, k = (tirx.Var(v, "int32") for v in ("m", "n", "k"))
 
     def load(region, coords):
-        value = tirx.BufferLoad(region.buffer, _region_load(region, coords))
+        value = tirx.BufferLoad(region.buffer, _region_index(region, coords))
         return value if str(region.buffer.dtype) == acc else tirx.Cast(acc, value)
 
     stmts = []
@@ -53,16 +53,16 @@ def lower_cpu(g) -> tirx.Stmt:
         b_value = tirx.BufferLoad(bt, [k, n])
     else:
         b_value = load(g.b, [k, n])
-    c_index = _region_load(g.c, [m, n])
     if g.clear is not False:
         zm, zn = tirx.Var("zm", "int32"), tirx.Var("zn", "int32")  # each variable bound by one loop
-        clear = tirx.BufferStore(g.c.buffer, tirx.const(0, acc), _region_load(g.c, [zm, zn]))
+        clear = tirx.BufferStore(g.c.buffer, tirx.const(0, acc), _region_index(g.c, [zm, zn]))
         zero = _loop(zm, g.M, _loop(zn, g.N, clear))
         stmts.append(zero if g.clear is True else tirx.IfThenElse(g.clear, zero, None))
     if g.M % ROWS == 0 and g.N % COLUMNS == 0:
         stmts.append(_blocked(g, load, b_value, m, n, k))
         return seq(stmts)
     a_value = load(g.a, [k, m] if g.trans_a else [m, k])
+    c_index = _region_index(g.c, [m, n])
     fma = tirx.BufferStore(g.c.buffer, tirx.BufferLoad(g.c.buffer, c_index) + a_value * b_value, c_index)
     stmts.append(_loop(m, g.M, _loop(k, g.K, _loop(n, g.N, fma))))
     return seq(stmts)
@@ -77,10 +77,9 @@ def _blocked(g, load, b_value, m, n, k) -> tirx.Stmt:
     row, col = mb * _c(ROWS) + i, nb * _c(COLUMNS) + j
     bind = {m: row, n: col}
     a_value = load(g.a, [k, row] if g.trans_a else [row, k])
-    c_index = _region_load(g.c, [row, col])
+    c_index = _region_index(g.c, [row, col])
     b_at = substitute(b_value, bind)
     fma = tirx.BufferStore(g.c.buffer, tirx.BufferLoad(g.c.buffer, c_index) + a_value * b_at, c_index)
     vector = tirx.For(j, _c(0), _c(COLUMNS), tirx.ForKind.VECTORIZED, fma)
     rows = tirx.For(i, _c(0), _c(ROWS), tirx.ForKind.UNROLLED, vector)
     return _loop(mb, g.M // ROWS, _loop(nb, g.N // COLUMNS, _loop(k, g.K, rows)))
-

@@ -217,10 +217,10 @@ def multi_buffer(plan: Plan, stages: int) -> dict:
 
 def map_pipelined_loops(func: tirx.PrimFunc, visit, options: CompileOptions) -> tirx.PrimFunc:
     """`func` with each loop T.Pipelined made with 1 or more stages replaced by `visit(loop, stages,
-    kernel, new_tiles)` (None: left as it is; a one-stage loop's body is then visited as a plain loop's); `kernel` (`checks.Kernel`) is what the planner knows
-    around it. A pipelined loop's body is not visited. Tiles `visit` multi-buffers (entered in
-    `new_tiles`: old buffer -> new) are allocated in their new shape, and must not be used outside
-    their loop."""
+    kernel, new_tiles)` (None: left as it is; a one-stage loop's body is then visited as a plain
+    loop's); `kernel` (`checks.Kernel`) is what the planner knows around it. A pipelined loop's body
+    is not visited. Tiles `visit` multi-buffers (entered in `new_tiles`: old buffer -> new) are
+    allocated in their new shape, and must not be used outside their loop."""
     new_tiles = {}
     scope = Scope()
     target = func.attrs.get("target") if func.attrs is not None else None

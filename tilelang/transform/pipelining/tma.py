@@ -167,7 +167,7 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
             after,
         )
         for c, after, group in groups
-    ]  # fmt: skip
+    ]
 
     # 2-block clusters: tiles both blocks of a pair copy are loaded half by each, multicast.
     kernel.cluster = cluster[0] if cluster else None
