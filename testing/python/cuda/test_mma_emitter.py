@@ -169,10 +169,13 @@ def test_generated_cuda_has_ldmatrix_mma_and_the_barriers():
     body = src[src.index("main_kernel(half") :]
     assert body.count("tl::ldmatrix<4, false>(") == 4  # two 16-row A tiles, two 16-column B tiles
     assert body.count("tl::mma_sync<16>(") == 8
-    # The tiles the T.Parallel loops write are read by other lanes: a barrier between, and one
-    # before the next iteration overwrites them.
+    # The T.Parallel loops that load the tiles are copies (raise_copy_loops), pipelined with
+    # cp.async: each iteration waits for its stage, then one barrier makes it visible to the other
+    # lanes' ldmatrix and frees the stage the next iteration's loads (issued after it) overwrite.
     loop = body[body.index("for (int ko") :]
-    assert loop[: loop.index("tl::ldmatrix")].count("__syncthreads()") == 2
+    head = loop[: loop.index("tl::ldmatrix")]
+    assert head.count("__syncthreads()") == 1
+    assert head.index("tl::cp_async_wait<0>()") < head.index("__syncthreads()") < head.index("tl::cp_async_commit()")
     assert "^" in loop[loop.index("tl::ldmatrix") :].split(";")[0]  # the row address goes through the swizzle
     assert '#include "tl_templates/cuda/warp_mma.h"' in src
 
