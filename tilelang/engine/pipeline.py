@@ -30,6 +30,7 @@ from tilelang.transform.collect_register_hints import collect_register_hints
 from tilelang.transform.common import collect
 from tilelang.transform.consumer_barriers import consumer_barriers
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
+from tilelang.transform.expose_dynamic_multiples import expose_dynamic_multiples
 from tilelang.transform.expose_to_merge import expose_to_merge, restore_after_merge
 from tilelang.transform.fold_accumulator_clear import fold_accumulator_clear
 from tilelang.transform.fold_tile_extents import fold_tile_extents
@@ -165,6 +166,9 @@ def _tvm_passes(options: CompileOptions, target):
         ("retype_access_ptrs", _apply_to_funcs(retype_access_ptrs)),
         ("unroll_loop", tirx.transform.UnrollLoop()),
         ("stmt_simplify_2", tirx.transform.StmtSimplify()),
+        # Dynamic sizes that a vector branch checked to be multiples of its width, written so that
+        # the code generator sees it: after the last simplification, which would undo it.
+        ("expose_dynamic_multiples", _apply_to_funcs(expose_dynamic_multiples)),
         ("remove_no_op", tirx.transform.RemoveNoOp()),
         ("verify_memory", tirx.transform.VerifyMemory()),
         ("annotate_entry_func", tirx.transform.AnnotateEntryFunc()),

@@ -42,7 +42,7 @@ from tilelang.layout.evaluate import NotEvaluable, evaluate, grid
 from tilelang.op import copy as copy_op
 from tilelang.op import loop_indices
 from tilelang.op.loops import is_parallel, split_parallel_nest
-from tilelang.op.vectorize import plan_vector_size
+from tilelang.op.vectorize import mark_multiple_of, multiples, plan_vector_size, vector_guard
 from tilelang.utils.ir import i32 as _c
 from tilelang.utils.ir import collect, is_if_then_else
 
@@ -537,7 +537,13 @@ def lower(loop, layout: fl.Fragment, ctx) -> tirx.Stmt:
         valid = tirx.And(valid, first) if not _is_true(valid) else first
     if not _is_true(valid):
         body = tirx.IfThenElse(valid, body, None)
+    dims, scalar = [], None
     if lane is not None:
+        # A vector legal only when some dynamic sizes are multiples of it: otherwise the same
+        # iterations, one lane at a time, each with its own guards.
+        dims = vector_guard(loop_vars, extents, split_parallel_nest(loop)[2], ana, vec)
+        if dims:
+            scalar = tirx.For(lane, tirx.const(0, "int32"), tirx.const(vec, "int32"), tirx.ForKind.SERIAL, body)
         body = _uniform_guards(body, lane)
         copy = _async_copy(body, lane, vec) if loop.annotations.get(copy_op.ASYNC_COPY) else None
         if copy is not None:
@@ -545,11 +551,21 @@ def lower(loop, layout: fl.Fragment, ctx) -> tirx.Stmt:
         else:
             body = tirx.For(lane, tirx.const(0, "int32"), tirx.const(vec, "int32"), tirx.ForKind.VECTORIZED, body)
     extent = size // vec
-    if extent == 1:
-        return fl.substitute(body, {outer: tirx.const(0, "int32")})
-    return tirx.For(
-        outer, tirx.const(0, "int32"), tirx.const(extent, "int32"), tirx.ForKind.SERIAL, body, span=loop.span
-    )
+
+    def over_registers(stmt):
+        if extent == 1:
+            return fl.substitute(stmt, {outer: tirx.const(0, "int32")})
+        return tirx.For(
+            outer, tirx.const(0, "int32"), tirx.const(extent, "int32"), tirx.ForKind.SERIAL, stmt, span=loop.span
+        )
+
+    if not dims:
+        return over_registers(body)
+    # (The fallback gets loop variables of its own: each variable is defined once.)
+    fresh = {outer: tirx.Var("r", "int32"), lane: tirx.Var("v", "int32")}
+    fallback = fl.substitute(over_registers(scalar), fresh)
+    vector = mark_multiple_of(dims, vec, over_registers(body))  # (for the code generator)
+    return tirx.IfThenElse(multiples(dims, vec), vector, fallback, span=loop.span)
 
 
 def lower_thread_local(loop) -> tirx.Stmt:
@@ -613,8 +629,9 @@ def _async_copy(body, lane, vec):
     if not isinstance(body, tirx.BufferStore) or not body.buffer.scope().startswith("shared"):
         return None
     value, ok = body.value, None
-    if is_if_then_else(value):
-        ok, value = value.args[0], value.args[1]
+    while is_if_then_else(value) and _is_zero_value(value.args[2]):  # (cp.async fills zeros where not ok)
+        ok = value.args[0] if ok is None else tirx.And(ok, value.args[0])
+        value = value.args[1]
     if not isinstance(value, ir.TensorLoad) or value.source.scope() != "global":
         return None
     import tvm
@@ -628,6 +645,10 @@ def _async_copy(body, lane, vec):
     valid = fl.substitute(ok, first) if ok is not None else tirx.const(True, "bool")
     call = intrinsics.CP_ASYNC.stmt({"bytes": nbytes}, dst, src, valid)
     return tirx.IfThenElse(guard, call, None) if guard is not None else call
+
+
+def _is_zero_value(expr) -> bool:
+    return isinstance(expr, (tirx.IntImm, tirx.FloatImm)) and expr.value == 0
 
 
 def _is_true(expr) -> bool:

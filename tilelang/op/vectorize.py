@@ -7,10 +7,24 @@ extent is a multiple of V, and every guard in the body is uniform over each vect
 for all V lanes at once). Values in registers (fragments, locals, casts) limit V to the widest
 vector of their type the code generator can hold (`register_lanes`), and a register read that is
 not a constant stride along the loop (`B_local[i, j // 2]`) to the lanes that read one element.
+
+Indices through `//` and `%` (an im2col tile's channel `(k * 64 + j) % C`): each aligned group of V
+values of the loop variable is looked at as `base + lane`; a `(base + lane) % c` with c a multiple
+of V and base a multiple of V is `base % c + lane`, a `(base + lane) // c` is `base // c`
+(`split_lanes`). The accesses are then checked along the lane.
+
+Dynamic sizes (`T.dynamic`, `T.symbolic`): a row of A[m, k] starts at row * k, which is V-aligned
+only when k is a multiple of V. The plan then assumes that the dynamic sizes of the tensors the loop
+touches are multiples of V, and `vector_guard` names the ones the proof needed: the lowering runs
+the vectorized loop when they are (a check at run time, the same for the whole block) and the loop
+one element at a time otherwise, as the public TileLang does with its dynamic alignment.
 """
 
 from __future__ import annotations
 
+import contextlib
+
+import tvm_ffi
 from tvm import DataType, ir, tirx
 
 from tilelang.dtypes import bits as dtype_bits
@@ -64,6 +78,40 @@ def _register_lanes_line_up(expr, var, vec, analyzer) -> bool:
     analyzer.bind(outer, ir.Range(0, 1 << 20))
     grouped = analyzer.simplify(_subst(expr, var, outer * vec + lane))
     return _free_of(grouped, lane)
+
+
+def split_lanes(expr, lane, vec: int, analyzer):
+    """`expr` with each `(a + lane) // c` written `a // c` and `(a + lane) % c` written `a % c + lane`,
+    where c is a multiple of `vec`, `a` a multiple of vec and lane in [0, vec): the lane of a vector
+    then shows as a term of its own."""
+
+    def aligned_part(a):
+        a0 = analyzer.simplify(_subst(a, lane, tirx.const(0, str(lane.ty.dtype))))
+        if not _free_of(a0, lane) or not analyzer.can_prove_equal(a - a0, lane):
+            return None
+        m = analyzer.modular_set(a0)
+        return a0 if int(m.coeff) % vec == 0 and int(m.base) % vec == 0 else None
+
+    def on_div(node):
+        c = const_int(node.b)
+        if c is None or c % vec or _free_of(node.a, lane):
+            return node
+        a0 = aligned_part(node.a)
+        if a0 is None:
+            return node
+        return tirx.floordiv(a0, node.b) if isinstance(node, tirx.FloorDiv) else tirx.floormod(a0, node.b) + lane
+
+    return tvm_ffi.structural_map(expr, [(tirx.FloorDiv, on_div), (tirx.FloorMod, on_div)], order="post")
+
+
+def _lane_groups(var, vec: int, inner: int, analyzer):
+    """A function taking an expression of `var` to one of (group, lane), var = group * vec + lane,
+    with the lane split out of `//` and `%` (`split_lanes`), and the lane variable."""
+    group, lane = tirx.Var("vg", str(var.ty.dtype)), tirx.Var("vl", str(var.ty.dtype))
+    analyzer.bind(group, ir.Range(0, max(inner // vec, 1)))
+    analyzer.bind(lane, ir.Range(0, vec))
+    at = group * tirx.const(vec, str(var.ty.dtype)) + lane
+    return (lambda e: analyzer.simplify(split_lanes(analyzer.simplify(_subst(e, var, at)), lane, vec, analyzer))), lane
 
 
 def _uniform_condition(cond, var, vec, analyzer) -> bool:
@@ -122,34 +170,120 @@ def _cast_bits(cast) -> int:
     return max(DataType(str(cast.ty.dtype)).bits, DataType(str(cast.value.ty.dtype)).bits)
 
 
+class _Accesses:
+    """The memory and register accesses, guards and stores of a loop body, and the dynamic sizes
+    of the tensors it touches in memory."""
+
+    def __init__(self, body):
+        loads = collect(body, ir.TensorLoad)
+        self.stores = collect(body, tirx.BufferStore)
+        accesses = [(ld.source, list(ld.indices)) for ld in loads]
+        accesses += [(st.buffer, list(st.indices)) for st in self.stores]
+        self.all = accesses
+        self.memory = [(b, idx) for b, idx in accesses if b.scope() in ("global", "shared", "shared.dyn")]
+        self.registers = [(b, idx) for b, idx in accesses if b.scope() in ("local", "local.fragment", "local.var")]
+        self.conds = [s.condition for s in collect(body, tirx.IfThenElse)]
+        self.conds += [c.args[0] for c in collect(body, ir.Call) if is_if_then_else(c)]
+        dims = []
+        for b, _ in self.memory:
+            for extent in list(b.shape) + list(b.strides or []):
+                for v in collect(extent, ir.Var):
+                    if not any(v.same_as(d) for d in dims):
+                        dims.append(v)
+        self.dynamic_dims = dims
+
+    def fit(self, var, inner: int, vec: int, analyzer, assumed=()) -> bool:
+        """Whether a vector of `vec` lanes along `var` is legal, with the sizes `assumed` taken as
+        multiples of vec."""
+        if inner % vec:
+            return False
+        if assumed:
+            with contextlib.ExitStack() as scopes:  # one scope each: the analyzer reads no conjunctions
+                for d in assumed:
+                    scopes.enter_context(analyzer.constraint_scope(multiples([d], vec)))
+                return self.fit(var, inner, vec, analyzer)
+        grouped = []  # (set on first use) var as group * vec + lane, for indices through // and %
+
+        def lanes():
+            if not grouped:
+                grouped.extend(_lane_groups(var, vec, inner, analyzer))
+            return grouped
+
+        def memory_ok(offset) -> bool:
+            if _aligned_unit_stride(offset, var, vec, analyzer):
+                return True
+            split, lane = lanes()
+            return _aligned_unit_stride(split(offset), lane, vec, analyzer)
+
+        def condition_ok(cond) -> bool:
+            if _uniform_condition(cond, var, vec, analyzer):
+                return True
+            split, lane = lanes()
+            return _uniform_condition(split(cond), lane, vec, analyzer)
+
+        return (
+            all(memory_ok(_flat_offset(b, idx)) for b, idx in self.memory)
+            and all(_register_lanes_line_up(_flat_offset(b, idx), var, vec, analyzer) for b, idx in self.registers)
+            and all(condition_ok(c) for c in self.conds)
+        )
+
+
+def multiples(dims, vec: int):
+    """The condition that each of `dims` is a multiple of `vec`."""
+    cond = None
+    for d in dims:
+        c = tirx.floormod(d, tirx.const(vec, str(d.ty.dtype))) == tirx.const(0, str(d.ty.dtype))
+        cond = c if cond is None else tirx.And(cond, c)
+    return cond
+
+
+def vector_guard(loop_vars, extents, body, analyzer, vec: int) -> list:
+    """The dynamic sizes that must be multiples of `vec` for a vector of `vec` lanes along the
+    innermost loop variable to be legal (the lowering checks them at run time; `multiples`), or []
+    when it is legal as it stands (or not even then: the plan did not rely on an assumption)."""
+    acc, var, inner = _Accesses(body), loop_vars[-1], const_int(extents[-1])
+    if vec <= 1 or inner is None or acc.fit(var, inner, vec, analyzer) or not acc.dynamic_dims:
+        return []
+    needed = list(acc.dynamic_dims)
+    if not acc.fit(var, inner, vec, analyzer, needed):
+        return []
+    for d in list(needed):  # keep only the sizes the proof needs: the check passes more often
+        rest = [x for x in needed if not x.same_as(d)]
+        if acc.fit(var, inner, vec, analyzer, rest):
+            needed = rest
+    return needed
+
+
+MULTIPLE_OF = "tl.multiple_of"  # AttrStmt(n, MULTIPLE_OF, V): n is a multiple of V in its body
+
+
+def mark_multiple_of(dims, vec: int, body: tirx.Stmt) -> tirx.Stmt:
+    """`body`, in which each of `dims` (dynamic sizes) is known to be a multiple of `vec`: the pass
+    `expose_dynamic_multiples` writes them so that the code generator sees it."""
+    for d in dims:
+        body = tirx.AttrStmt(d, MULTIPLE_OF, tirx.const(vec, "int32"), body)
+    return body
+
+
 def plan_vector_size(loop_vars, extents, body, analyzer, limit: int = 0) -> int:
-    """The largest legal vector width (elements) for the innermost of `loop_vars`."""
+    """The largest legal vector width (elements) for the innermost of `loop_vars`, where the dynamic
+    sizes of the tensors it touches may be assumed multiples of it (`vector_guard`)."""
     var = loop_vars[-1]
     inner = const_int(extents[-1])
     if inner is None or collect(body, tirx.Evaluate):
         return 1  # unknown extent, or calls with side effects (atomics) that have no vector form
-    loads = collect(body, ir.TensorLoad)
-    stores = collect(body, tirx.BufferStore)
-    accesses = [(ld.source, list(ld.indices)) for ld in loads] + [(st.buffer, list(st.indices)) for st in stores]
-    memory = [(b, idx) for b, idx in accesses if b.scope() in ("global", "shared", "shared.dyn")]
-    registers = [(b, idx) for b, idx in accesses if b.scope() in ("local", "local.fragment", "local.var")]
+    acc = _Accesses(body)
     # Memory accesses are at most 128 bits; values computed in registers (e.g. fp16 widened to fp32)
     # may be wider, as far as the code generator has a type for them (`register_lanes`).
-    widths = [MAX_VECTOR_BITS // dtype_bits(str(b.dtype)) for b, _ in memory]
-    widths += [register_lanes(dtype_bits(str(b.dtype))) for b, _ in accesses]
+    widths = [MAX_VECTOR_BITS // dtype_bits(str(b.dtype)) for b, _ in acc.memory]
+    widths += [register_lanes(dtype_bits(str(b.dtype))) for b, _ in acc.all]
     widths += [register_lanes(_cast_bits(c)) for c in _value_casts(body, var)]
     widths = widths or [1]
     vec = min(min(widths), limit) if limit else min(widths)
-    conds = [s.condition for s in collect(body, tirx.IfThenElse)]
-    conds += [c.args[0] for c in collect(body, ir.Call) if is_if_then_else(c)]
-    if any(not _depends_on(_flat_offset(st.buffer, list(st.indices)), var) for st in stores):
+    if any(not _depends_on(_flat_offset(st.buffer, list(st.indices)), var) for st in acc.stores):
         return 1  # the lanes would all store to one element (a reduction along the loop, `acc[i] += ...`)
     while vec > 1:
-        ok = inner % vec == 0
-        ok = ok and all(_aligned_unit_stride(_flat_offset(b, idx), var, vec, analyzer) for b, idx in memory)
-        ok = ok and all(_register_lanes_line_up(_flat_offset(b, idx), var, vec, analyzer) for b, idx in registers)
-        ok = ok and all(_uniform_condition(c, var, vec, analyzer) for c in conds)
-        if ok:
+        if acc.fit(var, inner, vec, analyzer) or acc.fit(var, inner, vec, analyzer, acc.dynamic_dims):
             return vec
         vec //= 2
     return 1

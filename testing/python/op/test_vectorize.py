@@ -1,8 +1,14 @@
-"""op/vectorize.py: the widest vector of a T.Parallel nest's innermost loop (CPU, on IR built here)."""
+"""op/vectorize.py: the widest vector of a T.Parallel nest's innermost loop (CPU, on IR built here),
+and the run-time check that vectors along dynamic sizes get (on generated code)."""
 
+import pytest
+import tvm_ffi
 from tvm import ir, sym, tirx
 
-from tilelang.op.vectorize import plan_vector_size
+import tilelang
+import tilelang.language as T
+from tilelang.codegen import cuda
+from tilelang.op.vectorize import plan_vector_size, split_lanes
 
 
 def _nest(n=128):
@@ -48,3 +54,104 @@ def test_a_cast_inside_an_index_does_not_count():
     out = tirx.decl_buffer((64, 128), "uint8", "C", scope="local.fragment")
     index = tirx.Cast("int32", tirx.Cast("int64", j))
     assert _plan(tirx.BufferStore(out, tirx.BufferLoad(src, [i, index]), [i, j]), i, j, ana) == 16
+
+
+def test_an_index_through_div_and_mod_is_split_per_vector():
+    # An im2col channel, (k * 64 + j) % 96 with j = g * 8 + lane: the lane stays out of the // and %.
+    k, g, lane = (tirx.Var(n, "int32") for n in ("k", "g", "lane"))
+    ana = sym.Analyzer()
+    ana.bind(g, ir.Range(0, 8))
+    ana.bind(lane, ir.Range(0, 8))
+    col = k * 64 + g * 8 + lane
+    split = split_lanes(tirx.floormod(col, 96) + tirx.floordiv(col, 96) * 1000, lane, 8, ana)
+    base = k * 64 + g * 8
+    assert ana.can_prove_equal(split, tirx.floormod(base, 96) + lane + tirx.floordiv(base, 96) * 1000)
+    # 12 is not a multiple of 8: the lane may cross a boundary, nothing is split.
+    unsplit = tirx.floormod(col, 12)
+    assert tvm_ffi.structural_equal(split_lanes(unsplit, lane, 8, ana), unsplit)
+
+
+def test_an_im2col_tile_loads_eight_channels_at_a_time():
+    i, j, ana = _nest(64)
+    k = tirx.Var("k", "int32")
+    img = tirx.decl_buffer((4, 16, 16, 96), "float16", "img")
+    col = tirx.decl_buffer((64, 64), "float16", "col", scope="shared")
+    c = k * 64 + j
+    load = tirx.BufferLoad(img, [0, i // 16, tirx.floordiv(c, 288), tirx.floormod(c, 96)])
+    body = tirx.BufferStore(col, load, [i, j])
+    assert _plan(body, i, j, ana, n=64) == 8
+
+
+def dynamic_copy(dtype="float16"):
+    """A tile copy through shared memory of an [m, n] tensor, both sizes dynamic."""
+    M, N = T.dynamic("m"), T.dynamic("n")
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, 64), T.ceildiv(M, 128), threads=128) as (bx, by):
+            s = T.alloc_shared((128, 64), dtype)
+            T.copy(A[by * 128, bx * 64], s)
+            T.copy(s, C[by * 128, bx * 64])
+
+    return main
+
+
+def dynamic_gemm(block_K=32, stages=3):
+    """The public dynamic-shape GEMM's form: m, n and k all dynamic."""
+    M, N, K = T.dynamic("m"), T.dynamic("n"), T.dynamic("k")
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=128) as (bx, by):
+            A_s = T.alloc_shared((128, block_K), "float16")
+            B_s = T.alloc_shared((block_K, 128), "float16")
+            C_f = T.alloc_fragment((128, 128), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=stages):
+                T.copy(A[by * 128, k * block_K], A_s)
+                T.copy(B[k * block_K, bx * 128], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[by * 128, bx * 128])
+
+    return main
+
+
+def _body(src: str) -> str:
+    return src[src.index("__global__ void __launch_bounds__") :]
+
+
+def test_dynamic_row_length_vectorizes_behind_a_run_time_check():
+    """Rows of A[m, n] start 8-aligned only when n is a multiple of 8: the copy runs as 128-bit
+    vectors when it is (one check, the same for the whole block) and one element at a time
+    otherwise. m only bounds the rows, so it is not part of the check."""
+    src = _body(tilelang.compile(dynamic_copy(), target="sm_90a").get_kernel_source())
+    assert src.count("if ((n % 8) == 0)") == 2 and "m % 8" not in src  # the load, the store
+    load = src[: src.index("__syncthreads")]
+    vector, scalar = load[: load.index("for (int v = 0")], load[load.index("for (int v = 0") :]
+    assert "condval = *(uint4*)(A_ptr" in vector  # a vector load: the address is seen to be aligned
+    assert "uint4" not in scalar and "A_ptr[" in scalar
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_dynamic_gemm_loads_its_tiles_with_cp_async_when_rows_align(arch):
+    k = tilelang.compile(dynamic_gemm(), target=arch)
+    src = _body(k.get_kernel_source())
+    assert "if ((k % 8) == 0)" in src and "if ((n % 8) == 0)" in src
+    assert "tl::cp_async<16>" in src
+    cuda.compile_object(k.get_kernel_source(), k.target, host_src=k.host_source)
+
+
+def test_static_sizes_need_no_check():
+    src = _body(tilelang.compile(_static_copy(), target="sm_90a").get_kernel_source())
+    assert "% 8) == 0" not in src and "*(uint4*)" in src
+
+
+def _static_copy():
+    @T.prim_func
+    def main(A: T.Tensor((256, 128), "float16"), C: T.Tensor((256, 128), "float16")):
+        with T.Kernel(2, 2, threads=128) as (bx, by):
+            s = T.alloc_shared((128, 64), "float16")
+            T.copy(A[by * 128, bx * 64], s)
+            T.copy(s, C[by * 128, bx * 64])
+
+    return main

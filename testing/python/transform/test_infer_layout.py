@@ -81,7 +81,7 @@ def test_dynamic_rows_keep_the_full_vector(symbol_dtype):
     assert layout.vector_size == 8
 
 
-def test_dynamic_row_length_limits_the_vector_to_one():
+def test_dynamic_row_length_keeps_the_vector_under_a_run_time_check():
     N = T.dynamic("n")
 
     @T.prim_func
@@ -91,7 +91,22 @@ def test_dynamic_row_length_limits_the_vector_to_one():
                 C[i, bx * 64 + j] = A[i, bx * 64 + j]
 
     (layout,) = _loop_layouts(infer_layout(_prepare(main)))
-    assert layout.vector_size == 1  # neither a row's alignment nor the tail guard is known per vector
+    # A row's alignment and the tail guard hold per vector when n is a multiple of 8: the lowering
+    # checks that at run time (op/vectorize.vector_guard; test_lower_tile_ops).
+    assert layout.vector_size == 8
+
+
+def test_dynamic_row_length_with_a_register_gather_stays_scalar():
+    N = T.dynamic("n")
+
+    @T.prim_func
+    def main(A: T.Tensor((128, N), "float16"), C: T.Tensor((128, N), "float16")):
+        with T.Kernel(T.ceildiv(N, 64), threads=128) as bx:
+            for i, j in T.Parallel(128, 64):
+                C[i, bx * 64 + j] = A[i, bx * 64 + (j * 3) % 64]
+
+    (layout,) = _loop_layouts(infer_layout(_prepare(main)))
+    assert layout.vector_size == 1  # (no assumption on n makes a strided read one vector)
 
 
 def test_loop_over_a_dynamic_extent_gets_no_layout_to_infer():
