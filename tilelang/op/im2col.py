@@ -14,7 +14,10 @@ zero where the position falls in the padding or past the matrix (m >= N * OH * O
 c_step * block_K ...: `T.gemm(col, filter_tile, acc)` then computes one tile of the convolution.
 
 Lowering (every target): like a copy, a `T.Parallel` loop nest over `col` with the index map above,
-which layout inference spreads over the threads.
+which layout inference spreads over the threads and vectorizes along the channels (`op/vectorize`:
+C a multiple of the vector). In a `T.Pipelined` loop, an im2col from global into shared memory is
+a load the planner issues ahead into its own buffer per stage, with cp.async (zero-filling the
+padding), as it does a `T.copy`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from tvm import ir, tirx
 from tilelang.errors import UserError
 from tilelang.log import hint_once
 from tilelang.op import base
-from tilelang.op.copy import EVICTION_POLICIES
+from tilelang.op.copy import ASYNC_COPY, EVICTION_POLICIES
 from tilelang.op.loops import build_parallel_nest
 from tilelang.utils.ir import const_int, is_one
 
@@ -126,8 +129,23 @@ class Im2Col(base.TileOp):
         self.nhw_step, self.c_step = call.args[2], call.args[3]
         self.kernel, self.stride, self.dilation, self.pad = (const_int(a) for a in call.args[4:8])
 
+        # Set by the pipeline planner: the load is issued asynchronously (cp.async).
+        self.is_async = len(call.args) > 8 and const_int(call.args[8]) == 1
+
     def describe(self) -> str:
         return f"T.im2col({self.src.name}, {self.dst.name})"
+
+    def writes(self) -> list:
+        return [self.dst.buffer]
+
+    def async_load(self) -> base.AsyncLoad | None:
+        if self.src.buffer.scope() != "global" or not self.dst.buffer.scope().startswith("shared"):
+            return None
+        return base.AsyncLoad(self.src, self.dst, tma=False)  # (a gather: not a TMA tile)
+
+    def issued_async(self):
+        """The load with its asynchronous flag set: `expand` marks its loop for cp.async."""
+        return base.make_call(NAME, list(self.call.args[:8]) + [tirx.const(1, "int32")])
 
     def expand(self, analyzer=None) -> tirx.Stmt:
         """A parallel loop over the destination tile loading each element through the index map."""
@@ -145,7 +163,11 @@ class Im2Col(base.TileOp):
             value = tirx.if_then_else(inside, value, tirx.const(0, dtype))
             return tirx.BufferStore(d.buffer, value, dst_idx)
 
-        return build_parallel_nest(d, body, span=self.span)
+        loop = build_parallel_nest(d, body, span=self.span)
+        if self.is_async and isinstance(loop, tirx.For):
+            ann = {ASYNC_COPY: 1}
+            loop = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, annotations=ann, span=loop.span)
+        return loop
 
 
 def source_index(m, col, img_shape, kernel: int, stride: int, dilation: int, pad: int):

@@ -137,4 +137,7 @@ def test_convolution_compiles(arch, stages):
     kernel = tilelang.compile(_conv(stages=stages), target=arch)
     src = kernel.get_kernel_source()
     cuda.compile_object(src, kernel.target, host_src=kernel.get_host_source())
-    assert "data_ptr[" in src and ("tl::gemm_ss" in src or "tl::wgmma_ss" in src)
+    assert "tl::gemm_ss" in src or "tl::wgmma_ss" in src
+    # 8 channels at a time; a pipelined loop issues them ahead with cp.async (zero-filling the padding).
+    assert ("tl::cp_async<16>((&(((half*)buf_dyn_shmem_ptr)" in src and "(&(data_ptr[" in src) == (stages > 1)
+    assert ("*(uint4*)(data_ptr" in src) == (stages == 1)
