@@ -32,13 +32,15 @@ from tilelang import intrinsics
 from tilelang.layout.fragment import substitute
 from tilelang.op import base
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
-from tilelang.transform.pipelining import schedule
+from tilelang.transform.pipelining import checks, schedule
 from tilelang.transform.pipelining.schedule import versioned
 from tilelang.utils.ir import extern, seq
 
 
 def _as_async(stmt):
-    return tirx.Evaluate(base.parse(stmt).issued_async(), span=stmt.span)
+    cond, inner = checks.unguarded(stmt)
+    issued = tirx.Evaluate(base.parse(inner).issued_async(), span=inner.span)
+    return issued if cond is None else tirx.IfThenElse(cond, issued, None, span=stmt.span)
 
 
 def _build(loop, stages: int, plan, versions: dict):

@@ -21,10 +21,16 @@ coordinates the consumers do not compute, no other warp-specialized loop in the 
 `tl.disable_warp_specialized`; a loop inside another loop takes TMA only with one. Why a loop does
 not take a form is in the debug log (`pipelining/checks.py`).
 
+A body that is one `if c:` around the loop's statements (a block-sparse GEMM's `if mask[k]:`) is
+written as each statement under `if c:` when c reads only tensors the kernel does not write
+(`schedule.distribute_guard`): its copies are then issued ahead, each under the condition of its
+own iteration, with cp.async (a skipped TMA load would leave its stage's barrier waiting).
+
 Requires: tile ops as parsed, TMA copies outside loops made (`lower_tma_copies`: which tiles only
 TMA writes), gemm instructions selected (the layouts TMA must write). Guarantees: IR unchanged but
-the annotations; a UserError at the loop for a schedule that cannot be built (a shared tile written
-by two copies or by a consumer, `order`/`stage` lists that do not fit the loop).
+the annotations and guards written per statement; a UserError at the loop for a schedule that
+cannot be built (a shared tile written by two copies or by a consumer, `order`/`stage` lists that
+do not fit the loop).
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ def _form(loop, plan, kernel, stages: int) -> tuple:
 
 def plan_pipelines(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
     def visit(loop, stages, kernel, new_tiles):
+        loop = schedule.distribute_guard(loop, kernel.func)
         plan = schedule.schedule(loop)
         if not plan.producers:
             return None

@@ -259,3 +259,54 @@ def test_a_loop_from_a_start_counts_its_iterations_from_there():
     # it is below the stop (before, the prologue issued 0 and 1 and the body stopped start early).
     assert "(((int)blockIdx.x) * 4096)" in src.split("for (int k")[0]
     assert "if (k < 6) {" in src
+
+
+def block_sparse_gemm(stages=2, K=256, guard_reads_shared=False):
+    """A block-sparse GEMM's loop: the whole body under `if mask[k]:` (the public example's form)."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((128, K), "float16"),
+        B: T.Tensor((K, 128), "float16"),
+        mask: T.Tensor((K // 32,), "bool"),
+        C: T.Tensor((128, 128), "float32"),
+    ):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((128, 32), "float16")
+            B_s = T.alloc_shared((32, 128), "float16")
+            flag = T.alloc_shared((1,), "bool")
+            C_f = T.alloc_fragment((128, 128), "float32")
+            T.clear(C_f)
+            flag[0] = True
+            for k in T.Pipelined(K // 32, num_stages=stages):
+                if (flag[0] if guard_reads_shared else mask[k]):
+                    T.copy(A[0, k * 32], A_s)
+                    T.copy(B[k * 32, 0], B_s)
+                    T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C)
+
+    return main
+
+
+def test_a_body_under_one_condition_pipelines_each_statement_under_it():
+    after = pipeline_loops(block_sparse_gemm(stages=3))
+    assert _allocs(after)["A_s"] == [3, 128, 32]
+    text = after.script()
+    # Issued two iterations ahead, each copy under the mask of the iteration it loads.
+    assert text.count("if mask[k + 2]:") == 2 and text.count("if mask[k]:") == 1
+    assert sorted(set(_copies(after))) == [("A_s", 1), ("B_s", 1), ("C", 0)]
+
+
+def test_a_condition_reading_shared_memory_is_left_whole():
+    after = pipeline_loops(block_sparse_gemm(stages=3, guard_reads_shared=True))
+    assert _allocs(after)["A_s"] == [128, 32] and not _externs(after)  # (no producers: a plain loop)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_a_block_sparse_gemm_compiles_to_cp_async(arch):
+    from tilelang.codegen import cuda
+
+    k = tilelang.compile(block_sparse_gemm(), target=arch)
+    src = k.get_kernel_source()
+    assert "tl::cp_async<16>" in src and "mask_ptr[(k + 1)]" in src
+    cuda.compile_object(src, k.target, host_src=k.host_source)

@@ -17,3 +17,17 @@ def test_loop_from_a_start(stages):
     tiles = a.float().view(8, 32, 64)
     want = torch.stack([tiles[b * 2 :].sum(0) for b in range(4)])
     torch.testing.assert_close(kernel(a), want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("density", [0.0, 0.5, 1.0])
+def test_block_sparse_gemm(stages, density):
+    from test_inject_cp_async_pipelines import block_sparse_gemm
+
+    a = torch.randn(128, 256, device="cuda", dtype=torch.float16)
+    b = torch.randn(256, 128, device="cuda", dtype=torch.float16)
+    mask = torch.rand(8, device="cuda") < density
+    kernel = tilelang.compile(block_sparse_gemm(stages), out_idx=[3])
+    keep = mask.repeat_interleave(32).half()
+    want = (a * keep).float() @ b.float()
+    torch.testing.assert_close(kernel(a, b, mask), want, rtol=1e-2, atol=1e-2)

@@ -46,9 +46,16 @@ class Kernel:
     options: CompileOptions = DEFAULT_OPTIONS  # the kernel's compile options
 
 
+def unguarded(stmt):
+    """(condition, statement) of `if condition: statement` (no else), or (None, stmt)."""
+    if isinstance(stmt, tirx.IfThenElse) and stmt.else_case is None:
+        return stmt.condition, stmt.then_case
+    return None, stmt
+
+
 def load_of(stmt) -> base.AsyncLoad | None:
-    """The global-to-shared load a statement is (`TileOp.async_load`), or None."""
-    op = base.parse(stmt)
+    """The global-to-shared load a statement is (`TileOp.async_load`), also under an `if`, or None."""
+    op = base.parse(unguarded(stmt)[1])
     return op.async_load() if op is not None else None
 
 
@@ -56,11 +63,36 @@ def written(stmt) -> list:
     """Buffers a statement writes: what its tile ops say they write (`TileOp.writes`; ops that do
     not say are not counted) and stored buffers."""
     out = []
-    if isinstance(stmt, tirx.Evaluate):
-        op = base.parse(stmt)
+    inner = unguarded(stmt)[1]
+    if isinstance(inner, tirx.Evaluate):
+        op = base.parse(inner)
         out += (op.writes() or []) if op is not None else []
     walk(stmt, [(tirx.BufferStore, lambda st: out.append(st.buffer))])
     return out
+
+
+def distributable_guard(body, func):
+    """The condition of a loop body that is one `if c:` (no else) around several statements, when c
+    may be evaluated before each of them instead of once: it reads only global tensors that nothing
+    in the kernel `func` writes (then it is the same for every thread and at every moment), and
+    calls nothing that may have side effects. Else None."""
+    cond, inner = unguarded(body)
+    if cond is None or not isinstance(inner, tirx.SeqStmt):
+        return None
+    written_anywhere = [st.buffer for st in collect(func.body, tirx.BufferStore)]
+    for ev in collect(func.body, tirx.Evaluate):
+        op = base.parse(ev)
+        written_anywhere += (op.writes() or []) if op is not None else []
+    read = [ld.source for ld in collect(cond, ir.TensorLoad)]
+    if any(r.scope() != "global" or any(r.same_as(w) for w in written_anywhere) for r in read):
+        return None
+    if any(_IMPURE(getattr(c.op, "name", "")) for c in collect(cond, ir.Call)):
+        return None
+    return cond
+
+
+def _IMPURE(name: str) -> bool:  # noqa: N802 (a predicate on op names)
+    return name.startswith("tl.") or name in ("tirx.call_extern", "tirx.call_packed", "tirx.tvm_call_packed")
 
 
 def tma_only_tiles(body) -> tuple:
@@ -109,6 +141,9 @@ def why_not(producers, kernel: Kernel) -> str | None:
     for p in producers:
         load = load_of(p)
         src, dst = load.src, load.dst
+        if unguarded(p)[0] is not None:
+            # (A skipped TMA load would leave its stage's barrier waiting for bytes that never come.)
+            return f"the load into '{dst.name}' runs under a condition"
         if not load.tma:
             return f"{base.parse(p).describe()} is kept off TMA (disable_tma=True)"
         tile = tma.tile_of(src, dst)

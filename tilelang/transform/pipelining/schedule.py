@@ -39,6 +39,21 @@ def _statements(body):
     return list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
 
 
+def distribute_guard(loop, func):
+    """`loop` with a body that is one `if c:` (a block-sparse GEMM's `if mask[k]:`) written as its
+    statements each under `if c:`, so that its copies are producers like any other (issued ahead
+    under the condition of their own iteration), when c reads only tensors nothing in the kernel
+    writes (`checks.distributable_guard`); else `loop` itself."""
+    guard = checks.distributable_guard(loop.body, func)
+    if guard is None:
+        return loop
+    body = tirx.SeqStmt([tirx.IfThenElse(guard, st, None, span=st.span) for st in _statements(loop.body.then_case)])
+    return tirx.For(
+        loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, loop.annotations, loop.step,
+        span=loop.span,
+    )
+
+
 def versioned(stmt, buffers: dict, version):
     """Accesses of each multi-buffered tile in `stmt` go to buffer `version` of its new version."""
 
