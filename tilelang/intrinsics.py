@@ -131,8 +131,9 @@ def _define(name: str, params: str = "", flags: str = "") -> Intrinsic:
 # ---- gemm (op/gemm/mma.py, op/gemm/wgmma.py; gemm_mma.h, gemm_wgmma.h) ----------------------------
 
 # mma.sync over WarpM x WarpN warps; lda/ldb the operand rows' lengths, swz_* their 16-byte-chunk
-# swizzle bits. Arguments: A, B, C pointers (and a run-time clear flag).
-_MMA = "M N K warp_m warp_n trans_a trans_b clear lda ldb swz_a swz_b"
+# swizzle bits, rows_* the rows of an operand stored in wgmma's panels (0: row-major). Arguments: A,
+# B, C pointers (and a run-time clear flag).
+_MMA = "M N K warp_m warp_n trans_a trans_b clear lda ldb swz_a swz_b rows_a rows_b"
 GEMM_SS = _define("gemm_ss", _MMA, "trans_a trans_b clear")
 GEMM_RS = _define("gemm_rs", _MMA, "trans_a trans_b clear")
 GEMM_SR = _define("gemm_sr", _MMA, "trans_a trans_b clear")

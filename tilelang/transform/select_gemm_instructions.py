@@ -9,16 +9,15 @@ Every later reader takes the plan from the call: the pipeline planner (which gem
 asynchronously, the layouts TMA writes), layout inference (registers and operand swizzles),
 lowering (the template called) and the descriptor alignment check.
 
-A shared tile is stored in one layout, so every gemm reading it must read it in the same one: a
-tile read by a wgmma (in its panel layout) and by an mma.sync (in the template's swizzle), as in an
-attention backward whose dQ gemm has too few rows for wgmma, makes the wgmma gemms reading that tile
+A shared tile is stored in one layout, so every gemm reading it must read it in the same one. A
+tile read by a wgmma (in its panel layout) and by an mma.sync, as in an attention backward whose dQ
+gemm has too few rows for wgmma, is read by the mma.sync in the wgmma panels (`_panels_to_adopt`:
+16-bit operands, whole tiles); where it cannot be, the wgmma gemms reading that tile become
 mma.sync as well (and so on, until the gemms agree on every tile). Likewise a fragment holds one
 register layout, so gemms accumulating into the same fragment (`acc_p` += Q @ K^T, then += Q_tail @
 K_tail^T) must hold it alike: when their accumulator layouts differ (one became mma.sync through a
 shared tile, the other stayed wgmma), the wgmma ones become mma.sync too, whose accumulator layout
-depends only on C's shape, the policy and the threads, so the gemms then agree. (The public
-TileLang reads a shared tile in the same swizzle with either instruction, so it keeps both gemms on
-wgmma; here wgmma reads its panel layout and mma.sync its own swizzle.)
+depends only on C's shape, the policy and the threads, so the gemms then agree.
 
 It names `T.gemm` (`op/gemm/`): choosing a gemm's instruction is its whole purpose.
 
@@ -30,6 +29,7 @@ that cannot tile C.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -38,7 +38,7 @@ from tvm import tirx
 from tilelang.errors import at_span
 from tilelang.layout import layout as sl
 from tilelang.op import gemm as gemm_op
-from tilelang.op.gemm import selection, wgmma
+from tilelang.op.gemm import mma, selection, wgmma
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform.common import Scope, mutate_with_scope
 
@@ -48,8 +48,13 @@ logger = logging.getLogger("tilelang")
 def select_gemm_instructions(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
     target = func.attrs.get("target") if func.attrs is not None else None
     mma_only = set()  # indices (in visiting order) of the gemms that must not use wgmma
+    panels = {}  # index of an mma.sync gemm -> (panels_a, panels_b): operands it reads in wgmma panels
     while True:
-        out, gemms = _select(func, target, options, mma_only)
+        out, gemms = _select(func, target, options, mma_only, panels)
+        adopted = _panels_to_adopt(gemms)
+        if adopted != panels:
+            panels = adopted
+            continue
         conflicts = _gemms_disagreeing(gemms) - mma_only
         if not conflicts:
             _check_wgmma_only(gemms, mma_only)
@@ -74,7 +79,7 @@ def _check_wgmma_only(gemms, mma_only) -> None:
             )
 
 
-def _select(func, target, options, mma_only):
+def _select(func, target, options, mma_only, panels):
     """`func` with every gemm's plan recorded, and the parsed gemms with their threads in visiting order."""
     scope = Scope()
     gemms = []
@@ -89,11 +94,39 @@ def _select(func, target, options, mma_only):
         # (In a thread branch the threads are the branch's: its line, not the kernel's, sets them.)
         kernel_span = scope.kernel_span if scope.thread_range is None else None
         plan = selection.select(g, target, num_threads, chosen, stmt.span, kernel_span)
+        if isinstance(plan, mma.Plan) and len(gemms) in panels:
+            plan = dataclasses.replace(plan, panels_a=panels[len(gemms)][0], panels_b=panels[len(gemms)][1])
         call = selection.record(stmt.value, plan)
         gemms.append((gemm_op.Gemm(call, stmt.span), num_threads))
         return tirx.Evaluate(call, span=stmt.span)
 
     return func.with_body(mutate_with_scope(func.body, scope, {tirx.Evaluate: on_eval})), gemms
+
+
+def _panels_to_adopt(gemms) -> dict:
+    """{index of an mma.sync gemm: (panels_a, panels_b)}: the swizzle bits of the wgmma panels each of
+    its shared operands is read in, where wgmma gemms read that tile too (all in one layout) and the
+    template can read it so (`mma.can_read_panels`); 0 for an operand read in its own swizzle."""
+    wgmma_readers = {}  # shared tile -> [(its layout, the panels' swizzle bits)]
+    for g, _ in gemms:
+        if isinstance(g.plan, wgmma.Plan):
+            layouts = gemm_op.shared_layouts(g)
+            for region, bits in ((g.a, g.plan.swz_a), (g.b, g.plan.swz_b)):
+                if region.buffer in layouts:
+                    wgmma_readers.setdefault(region.buffer, []).append((layouts[region.buffer], bits))
+    out = {}
+    for k, (g, _) in enumerate(gemms):
+        if not isinstance(g.plan, mma.Plan):
+            continue
+        bits = [0, 0]
+        for j, region in enumerate((g.a, g.b)):
+            readers = wgmma_readers.get(region.buffer, [])
+            if readers and all(_same(readers[0][0], lay) for lay, _ in readers[1:]):
+                if mma.can_read_panels(region, readers[0][1]):
+                    bits[j] = readers[0][1]
+        if any(bits):
+            out[k] = tuple(bits)
+    return out
 
 
 def _gemms_disagreeing(gemms) -> set:

@@ -127,6 +127,21 @@ TL_DEVICE int swizzle16(int off) {
   }
 }
 
+// Element offset of (row, col) in a shared operand tile with rows of Ld elements. PanelRows = 0: row-major
+// with the swizzle above. PanelRows > 0: the layout wgmma reads (gemm_wgmma.h, tilelang/layout/layout.py
+// `gmma_panels`): the rows cut into panels of P = 8 << Swz elements, each panel all PanelRows rows of P
+// elements with the swizzle inside it, so that an mma.sync and a wgmma can read one tile.
+template <int Swz, int Ld, int PanelRows>
+TL_DEVICE int tile_offset(int row, int col) {
+  if constexpr (PanelRows == 0) {
+    return swizzle16<Swz, Ld>(row * Ld + col);
+  } else {
+    constexpr int P = 8 << Swz;
+    static_assert(Swz > 0 && Ld % P == 0, "a paneled tile's rows are whole swizzled panels");
+    return (col / P) * (PanelRows * P) + swizzle16<Swz, P>(row * P + col % P);
+  }
+}
+
 // ldmatrix: four (or two) 8x8 matrices of 16-bit elements; lane l gives the row address of matrix l / 8.
 TL_DEVICE void ldmatrix_x4(uint32_t (&r)[4], const void* row, bool trans) {
   unsigned int a = static_cast<unsigned int>(__cvta_generic_to_shared(row));
@@ -160,18 +175,19 @@ struct Shape {
 
 // Operand registers of one K step, read from shared memory in the mma fragment layout
 // (PTX ISA, "Matrix Fragments for mma.m16n8k*"): g = lane / 4, t = lane % 4.
-template <class S, bool TransA, int LdA, int Swz, typename TA>
+template <class S, bool TransA, int LdA, int Swz, int Rows = 0, typename TA>
 TL_DEVICE void load_a(uint32_t (&a)[S::MI][4], const TA* A, int row0, int k0, int g, int t) {
   if constexpr (sizeof(TA) == 2 && LdA % 8 == 0) {  // ldmatrix: lane l addresses row l % 8 of matrix l / 8
     const int lane = threadIdx.x % 32, m = lane / 8;
 #pragma unroll
     for (int mi = 0; mi < S::MI; ++mi) {
-      int off = TransA ? (k0 + lane % 8 + (m / 2) * 8) * LdA + row0 + mi * 16 + (m % 2) * 8
-                       : (row0 + mi * 16 + lane % 8 + (m % 2) * 8) * LdA + k0 + (m / 2) * 8;
-      ldmatrix_x4(a[mi], A + swizzle16<Swz, LdA>(off), TransA);
+      int off = TransA ? tile_offset<Swz, LdA, Rows>(k0 + lane % 8 + (m / 2) * 8, row0 + mi * 16 + (m % 2) * 8)
+                       : tile_offset<Swz, LdA, Rows>(row0 + mi * 16 + lane % 8 + (m % 2) * 8, k0 + (m / 2) * 8);
+      ldmatrix_x4(a[mi], A + off, TransA);
     }
     return;
   }
+  static_assert(Rows == 0 || (sizeof(TA) == 2 && LdA % 8 == 0), "only 16-bit operands are read from a paneled tile");
 #pragma unroll
   for (int mi = 0; mi < S::MI; ++mi)
 #pragma unroll
@@ -182,7 +198,7 @@ TL_DEVICE void load_a(uint32_t (&a)[S::MI][4], const TA* A, int row0, int k0, in
     }
 }
 
-template <class S, bool TransB, int LdB, int Swz, typename TB>
+template <class S, bool TransB, int LdB, int Swz, int Rows = 0, typename TB>
 TL_DEVICE void load_b(uint32_t (&b)[S::NI][2], const TB* B, int col0, int k0, int g, int t) {
   if constexpr (sizeof(TB) == 2 && LdB % 8 == 0 && S::NI % 2 == 0) {
     // Two 8-column atoms per ldmatrix.x4: matrix m = lane / 8 is K half m % 2 of atom ni + m / 2.
@@ -190,9 +206,9 @@ TL_DEVICE void load_b(uint32_t (&b)[S::NI][2], const TB* B, int col0, int k0, in
 #pragma unroll
     for (int ni = 0; ni < S::NI; ni += 2) {
       int n = col0 + (ni + m / 2) * 8, k = k0 + (m % 2) * 8;
-      int off = TransB ? (n + r) * LdB + k : (k + r) * LdB + n;
+      int off = TransB ? tile_offset<Swz, LdB, Rows>(n + r, k) : tile_offset<Swz, LdB, Rows>(k + r, n);
       uint32_t q[4];
-      ldmatrix_x4(q, B + swizzle16<Swz, LdB>(off), !TransB);
+      ldmatrix_x4(q, B + off, !TransB);
       b[ni][0] = q[0], b[ni][1] = q[1], b[ni + 1][0] = q[2], b[ni + 1][1] = q[3];
     }
     return;
@@ -200,12 +216,13 @@ TL_DEVICE void load_b(uint32_t (&b)[S::NI][2], const TB* B, int col0, int k0, in
     const int lane = threadIdx.x % 16;
 #pragma unroll
     for (int ni = 0; ni < S::NI; ++ni) {
-      int off = TransB ? (col0 + ni * 8 + lane % 8) * LdB + k0 + (lane / 8) * 8
-                       : (k0 + lane % 8 + (lane / 8) * 8) * LdB + col0 + ni * 8;
-      ldmatrix_x2(b[ni], B + swizzle16<Swz, LdB>(off), !TransB);
+      int off = TransB ? tile_offset<Swz, LdB, Rows>(col0 + ni * 8 + lane % 8, k0 + (lane / 8) * 8)
+                       : tile_offset<Swz, LdB, Rows>(k0 + lane % 8 + (lane / 8) * 8, col0 + ni * 8);
+      ldmatrix_x2(b[ni], B + off, !TransB);
     }
     return;
   }
+  static_assert(Rows == 0 || (sizeof(TB) == 2 && LdB % 8 == 0), "only 16-bit operands are read from a paneled tile");
 #pragma unroll
   for (int ni = 0; ni < S::NI; ++ni)
 #pragma unroll
@@ -235,10 +252,11 @@ TL_DEVICE void clear(TC* C, bool clear) {
 }  // namespace mma_detail
 
 // A and B in shared memory (row-major; LdA/LdB are their row lengths; SwzA/SwzB the bits of their
-// 16-byte-chunk swizzle, 0 for none), C in registers.
+// 16-byte-chunk swizzle, 0 for none; RowsA/RowsB the rows of a tile laid out in wgmma's panels, 0 for
+// a row-major one: see tile_offset), C in registers.
 // `clear` (default Clear): zero C first; a run-time flag when the generated code decides per call.
 template <int M, int N, int K, int WarpM, int WarpN, bool TransA, bool TransB, bool Clear, int LdA, int LdB,
-          int SwzA, int SwzB, typename TA, typename TB, typename TC>
+          int SwzA, int SwzB, int RowsA = 0, int RowsB = 0, typename TA, typename TB, typename TC>
 TL_DEVICE void gemm_ss(const TA* A, const TB* B, TC* C, bool clear = Clear) {
   using S = mma_detail::Shape<M, N, K, WarpM, WarpN, TA, TB, TC>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % (WarpM * WarpN);
@@ -247,13 +265,14 @@ TL_DEVICE void gemm_ss(const TA* A, const TB* B, TC* C, bool clear = Clear) {
   // Operands double-buffered in registers: step kt + 1 is read from shared memory while the
   // tensor cores work on step kt.
   uint32_t a[2][S::MI][4], b[2][S::NI][2];
-  mma_detail::load_a<S, TransA, LdA, SwzA>(a[0], A, row0, 0, lane / 4, lane % 4);
-  mma_detail::load_b<S, TransB, LdB, SwzB>(b[0], B, col0, 0, lane / 4, lane % 4);
+  mma_detail::load_a<S, TransA, LdA, SwzA, RowsA>(a[0], A, row0, 0, lane / 4, lane % 4);
+  mma_detail::load_b<S, TransB, LdB, SwzB, RowsB>(b[0], B, col0, 0, lane / 4, lane % 4);
 #pragma unroll
   for (int kt = 0; kt < S::KT; ++kt) {
     if (kt + 1 < S::KT) {
-      mma_detail::load_a<S, TransA, LdA, SwzA>(a[(kt + 1) % 2], A, row0, (kt + 1) * S::AK, lane / 4, lane % 4);
-      mma_detail::load_b<S, TransB, LdB, SwzB>(b[(kt + 1) % 2], B, col0, (kt + 1) * S::AK, lane / 4, lane % 4);
+      const int k1 = (kt + 1) * S::AK;
+      mma_detail::load_a<S, TransA, LdA, SwzA, RowsA>(a[(kt + 1) % 2], A, row0, k1, lane / 4, lane % 4);
+      mma_detail::load_b<S, TransB, LdB, SwzB, RowsB>(b[(kt + 1) % 2], B, col0, k1, lane / 4, lane % 4);
     }
     mma_detail::accumulate<S>(C, a[kt % 2], b[kt % 2]);
   }
@@ -261,7 +280,7 @@ TL_DEVICE void gemm_ss(const TA* A, const TB* B, TC* C, bool clear = Clear) {
 
 // A in registers (the A-fragment layout of tilelang/op/gemm.py), B in shared memory.
 template <int M, int N, int K, int WarpM, int WarpN, bool TransA, bool TransB, bool Clear, int LdA, int LdB,
-          int SwzA, int SwzB, typename TA, typename TB, typename TC>
+          int SwzA, int SwzB, int RowsA = 0, int RowsB = 0, typename TA, typename TB, typename TC>
 TL_DEVICE void gemm_rs(const TA* A, const TB* B, TC* C, bool clear = Clear) {
   using S = mma_detail::Shape<M, N, K, WarpM, WarpN, TA, TB, TC>;
   static_assert(!TransA, "an A operand in registers is not transposed");
@@ -276,14 +295,14 @@ TL_DEVICE void gemm_rs(const TA* A, const TB* B, TC* C, bool clear = Clear) {
 #pragma unroll
       for (int r = 0; r < 4; ++r)
         a[mi][r] = mma_detail::pack<S::PA>(A + ((mi * S::KT + kt) * 4 + r) * S::PA, 1);
-    mma_detail::load_b<S, TransB, LdB, SwzB>(b, B, col0, kt * S::AK, lane / 4, lane % 4);
+    mma_detail::load_b<S, TransB, LdB, SwzB, RowsB>(b, B, col0, kt * S::AK, lane / 4, lane % 4);
     mma_detail::accumulate<S>(C, a, b);
   }
 }
 
 // A in shared memory, B in registers (the B-fragment layout of tilelang/op/gemm.py).
 template <int M, int N, int K, int WarpM, int WarpN, bool TransA, bool TransB, bool Clear, int LdA, int LdB,
-          int SwzA, int SwzB, typename TA, typename TB, typename TC>
+          int SwzA, int SwzB, int RowsA = 0, int RowsB = 0, typename TA, typename TB, typename TC>
 TL_DEVICE void gemm_sr(const TA* A, const TB* B, TC* C, bool clear = Clear) {
   using S = mma_detail::Shape<M, N, K, WarpM, WarpN, TA, TB, TC>;
   static_assert(!TransB, "a B operand in registers is not transposed");
@@ -293,7 +312,7 @@ TL_DEVICE void gemm_sr(const TA* A, const TB* B, TC* C, bool clear = Clear) {
 #pragma unroll
   for (int kt = 0; kt < S::KT; ++kt) {
     uint32_t a[S::MI][4], b[S::NI][2];
-    mma_detail::load_a<S, TransA, LdA, SwzA>(a, A, row0, kt * S::AK, lane / 4, lane % 4);
+    mma_detail::load_a<S, TransA, LdA, SwzA, RowsA>(a, A, row0, kt * S::AK, lane / 4, lane % 4);
 #pragma unroll
     for (int ni = 0; ni < S::NI; ++ni)
 #pragma unroll

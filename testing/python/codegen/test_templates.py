@@ -24,9 +24,10 @@ def test_a_template_is_spelled_with_its_parameters_in_order():
     assert templates.name(intrinsics.NAMED_BARRIER_SYNC, {"threads": 128, "id": 4}) == "tl::named_barrier_sync<4, 128>"
     assert templates.name(intrinsics.CP_ASYNC_WAIT, {"pending": 0}) == "tl::cp_async_wait<0>"
     template = dict(M=64, N=64, K=32, warp_m=2, warp_n=2, trans_a=0, trans_b=1, clear=1, lda=32, ldb=32)
-    template.update(swz_a=2, swz_b=0)
+    template.update(swz_a=2, swz_b=0, rows_a=0, rows_b=64)
     assert (
-        templates.name(intrinsics.GEMM_SS, template) == "tl::gemm_ss<64, 64, 32, 2, 2, false, true, true, 32, 32, 2, 0>"
+        templates.name(intrinsics.GEMM_SS, template)
+        == "tl::gemm_ss<64, 64, 32, 2, 2, false, true, true, 32, 32, 2, 0, 0, 64>"
     )
 
 

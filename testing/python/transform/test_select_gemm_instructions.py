@@ -116,29 +116,91 @@ def _tile_read_by_two_gemms(rows_dq=32):
     return main
 
 
+def _tile_read_as_a():
+    """Q_s (32 rows) is the B operand of a 128-row wgmma (S = K Q^T) and the A operand of a 32-row
+    gemm (O = Q V), which is mma.sync: it reads its A operand in the wgmma panels."""
+
+    @T.prim_func
+    def main(
+        K: T.Tensor((128, 128), "float16"),
+        Q: T.Tensor((32, 128), "float16"),
+        V: T.Tensor((128, 64), "float16"),
+        S: T.Tensor((128, 32), "float32"),
+        O: T.Tensor((32, 64), "float32"),
+    ):
+        with T.Kernel(1, threads=256):
+            K_s = T.alloc_shared((128, 128), "float16")
+            Q_s = T.alloc_shared((32, 128), "float16")
+            V_s = T.alloc_shared((128, 64), "float16")
+            S_f = T.alloc_fragment((128, 32), "float32")
+            O_f = T.alloc_fragment((32, 64), "float32")
+            T.copy(K, K_s)
+            T.copy(Q, Q_s)
+            T.copy(V, V_s)
+            T.gemm(K_s, Q_s, S_f, transpose_B=True, clear_accum=True)
+            T.gemm(Q_s, V_s, O_f, clear_accum=True)
+            T.copy(S_f, S)
+            T.copy(O_f, O)
+
+    return main
+
+
+def test_an_mma_gemm_reads_its_a_operand_in_wgmma_panels():
+    plans = _plans(select_gemm_instructions(_on(_tile_read_as_a(), "sm_90a")))
+    assert isinstance(plans[0], wgmma.Plan) and (plans[1].panels_a, plans[1].panels_b) == (3, 0)
+    k = tilelang.compile(_tile_read_as_a(), target="sm_90a")
+    cuda.compile_object(k.get_kernel_source(), k.target, host_src=k.host_source)
+
+
 def test_gemms_reading_one_tile_agree_on_its_layout():
     # Alone, the first gemm would be wgmma (panels) and the second mma.sync (the template's swizzle);
-    # K_s has one layout, so both are mma.sync. With 64 rows both are wgmma and agree.
+    # K_s has one layout, so the mma.sync gemm reads it in the wgmma panels (B operand, 128-byte
+    # swizzle) and the first stays wgmma. With 64 rows both are wgmma and agree.
     plans = _plans(select_gemm_instructions(_on(_tile_read_by_two_gemms(), "sm_90a")))
-    assert [type(p) for p in plans] == [mma.Plan, mma.Plan]
+    assert isinstance(plans[0], wgmma.Plan) and (plans[1].panels_a, plans[1].panels_b) == (0, 3)
     plans = _plans(select_gemm_instructions(_on(_tile_read_by_two_gemms(rows_dq=64), "sm_90a")))
     assert [type(p) for p in plans] == [wgmma.Plan, wgmma.Plan]
 
 
 def test_a_tile_two_gemms_read_is_loaded_in_the_layout_they_read():
-    # lower_tma_copies plans K_s's load with the layout the gemms read it in, the mma.sync swizzle over
-    # 256-byte rows, which no TMA box writes: an element-wise copy. (Planned with the wgmma panels
-    # while layout inference kept the other gemm's swizzle, it stopped in lower_tile_ops: "its shared
-    # layout is not one the TMA unit writes".) dS_s, read by one gemm only, is still a TMA load.
-    src = tilelang.compile(_tile_read_by_two_gemms(), target="sm_90a").get_kernel_source()
-    assert "tl::tma_load(K_tma" not in src and "tl::tma_load(dS_tma" in src and "wgmma" not in src
+    # K_s is in the wgmma panels, which TMA writes; the mma.sync gemm reads it with its panel rows
+    # (the template's rows_b, 128) and the 128-byte swizzle.
+    k = tilelang.compile(_tile_read_by_two_gemms(), target="sm_90a")
+    src = k.get_kernel_source()
+    assert "tl::tma_load(K_tma" in src and "tl::tma_load(dS_tma" in src and "tl::wgmma_ss<" in src
+    assert re.search(r"tl::gemm_ss<32, 128, 128, \d, \d, true, false, true, 32, 128, \d, 3, 0, 128>", src)
+    cuda.compile_object(src, k.target, host_src=k.host_source)
+
+
+def test_an_mma_template_offset_is_the_wgmma_panel_layout():
+    """gemm_mma.h's tile_offset for a paneled tile (written here in Python, from the template's
+    formula) is the layout wgmma reads: gmma_panels."""
+    import numpy as np
+
+    from tilelang.layout import layout as sl
+    from tilelang.layout.evaluate import evaluate, grid
+
+    def swizzle16(bits, ld, off):
+        line = ld if ld % 64 == 0 else 64
+        mask = (1 << bits) - 1
+        chunk, row = (off >> 3) & mask, (off // line) & mask
+        return off + (((chunk ^ row) - chunk) << 3)
+
+    for rows, cols, bits in ((128, 192, 3), (32, 128, 3), (64, 64, 2), (16, 64, 1)):
+        p = 8 << bits
+        r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+        ours = (c // p) * (rows * p) + swizzle16(bits, p, r * p + c % p)
+        lay = sl.gmma_panels((rows, cols), 16, bits)
+        want = evaluate(lay.forward, dict(zip(lay.vars, grid((rows, cols))))).reshape(rows, cols)
+        assert np.array_equal(ours, want), (rows, cols, bits)
 
 
 def _accumulator_of_two_gemms():
     """P = Q K^T + Qt Kt^T (two gemms into one fragment, as an MLA backward's scores over the main
-    and the rope dimensions), and dK = P_s^T Q, a 32-row gemm reading Q_s: with 32 rows it is
-    mma.sync, so Q_s is read in the mma.sync swizzle and the first gemm is mma.sync too; the second
-    gemm alone would be wgmma, whose accumulator registers differ."""
+    and the rope dimensions), and dK = P_s^T Q[:, 64:], a 32-row gemm reading Q_s: with 32 rows it
+    is mma.sync, and reading half of Q_s's rows it cannot read them in wgmma panels, so Q_s is read
+    in the mma.sync swizzle and the first gemm is mma.sync too; the second gemm alone would be
+    wgmma, whose accumulator registers differ."""
 
     @T.prim_func
     def main(
@@ -147,7 +209,7 @@ def _accumulator_of_two_gemms():
         Qt: T.Tensor((64, 64), "float16"),
         Kt: T.Tensor((32, 64), "float16"),
         P: T.Tensor((64, 32), "float32"),
-        dK: T.Tensor((32, 128), "float32"),
+        dK: T.Tensor((32, 64), "float32"),
     ):
         with T.Kernel(1, threads=256):
             Q_s = T.alloc_shared((64, 128), "float16")
@@ -156,7 +218,7 @@ def _accumulator_of_two_gemms():
             Kt_s = T.alloc_shared((32, 64), "float16")
             P_s = T.alloc_shared((64, 32), "float16")
             P_f = T.alloc_fragment((64, 32), "float32")
-            dK_f = T.alloc_fragment((32, 128), "float32")
+            dK_f = T.alloc_fragment((32, 64), "float32")
             T.copy(Q, Q_s)
             T.copy(K, K_s)
             T.copy(Qt, Qt_s)
@@ -166,7 +228,8 @@ def _accumulator_of_two_gemms():
             T.gemm(Qt_s, Kt_s, P_f, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
             T.copy(P_f, P)
             T.copy(P_f, P_s)
-            T.gemm(P_s, Q_s, dK_f, transpose_A=True, policy=T.GemmWarpPolicy.FullCol, clear_accum=True)
+            # (The right half of Q_s: not whole tiles, so it cannot be read in the wgmma panels.)
+            T.gemm(P_s, Q_s[:, 64:128], dK_f, transpose_A=True, policy=T.GemmWarpPolicy.FullCol, clear_accum=True)
             T.copy(dK_f, dK)
 
     return main

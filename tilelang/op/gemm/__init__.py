@@ -246,7 +246,7 @@ def layouts(g: Gemm, num_threads: int, span=None) -> dict:
 def shared_layouts(g: Gemm) -> dict:
     """{shared operand buffer: Layout} that the instruction reads them with."""
     p = _plan(g)
-    return wgmma.shared_layouts(g, p) if isinstance(p, wgmma.Plan) else mma.shared_layouts(g)
+    return wgmma.shared_layouts(g, p) if isinstance(p, wgmma.Plan) else mma.shared_layouts(g, p)
 
 
 def pointer(region, ctx, rw: int):

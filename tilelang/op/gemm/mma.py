@@ -1,6 +1,11 @@
 """`T.gemm` on mma.sync (sm_80 and later; on sm_90a when wgmma does not apply): register layouts,
 operand swizzles and the template call.
 
+A shared operand is read in the template's own swizzle (`swizzle_bits`), or, when a wgmma gemm of
+the kernel reads the same tile (an attention backward's K tile: a wgmma A operand, and the B operand
+of a dQ gemm with too few rows for wgmma), in the wgmma panels (`Plan.panels_a/b`, chosen by
+`select_gemm_instructions`): ldmatrix reads 16-byte rows, which both layouts keep whole.
+
 The warps of the block tile C's M x N as WarpM x WarpN (`policy.warp_partition`); each warp runs
 16 x 8 mma.sync atoms over its part. C, and A or B when they are fragments, get the register layouts
 the device template uses (`src/tl_templates/cuda/gemm_mma.h`); a fragment A is replicated over the
@@ -24,11 +29,15 @@ from tilelang.utils.ir import i32 as _c
 
 @dataclass(frozen=True)
 class Plan:
-    """How a gemm runs as mma.sync: warps along M and N, and the K of one instruction."""
+    """How a gemm runs as mma.sync: warps along M and N, the K of one instruction, and for a shared
+    operand that a wgmma gemm reads too, the swizzle bits of the wgmma panels it is stored in (0: the
+    template's own row swizzle, `swizzle_bits`)."""
 
     warp_m: int
     warp_n: int
     k: int
+    panels_a: int = 0
+    panels_b: int = 0
 
 
 def plan(g, inst, num_threads: int, span=None) -> Plan:
@@ -137,13 +146,29 @@ def swizzle_bits(region) -> int:
     return bits
 
 
-def shared_layouts(g) -> dict:
+def can_read_panels(region, bits: int) -> bool:
+    """Whether the template can read shared operand `region` from a tile in wgmma panels of
+    swizzle `bits`: 16-bit elements (ldmatrix), the region whole tiles of the buffer (its last two
+    dimensions start at 0), rows that are whole panels."""
+    buf = region.buffer
+    if buf.scope() == "local.fragment" or dtype_bits(str(buf.dtype)) != 16 or not 1 <= bits <= 3:
+        return False
+    if len(buf.shape) < 2 or any(not (isinstance(s, tirx.IntImm) and s.value == 0) for s in region.starts[-2:]):
+        return False
+    return int(buf.shape[-1]) % (8 << bits) == 0
+
+
+def shared_layouts(g, p: Plan | None = None) -> dict:
     """{shared operand buffer: Layout} that the template reads them with."""
     out = {}
-    for region in (g.a, g.b):
+    for region, panels in ((g.a, p.panels_a if p else 0), (g.b, p.panels_b if p else 0)):
+        shape = tuple(int(n) for n in region.buffer.shape)
+        if panels:
+            out[region.buffer] = sl.gmma_panels(shape, 16, panels)
+            continue
         bits = swizzle_bits(region)
         if bits:
-            out[region.buffer] = sl.swizzle(tuple(int(n) for n in region.buffer.shape), 16, bits)
+            out[region.buffer] = sl.swizzle(shape, 16, bits)
     return out
 
 
@@ -170,7 +195,9 @@ def call(g, p: Plan, ctx, args, clear, span=None) -> tirx.Stmt:
         clear=g.clear is True,
         lda=int(g.a.buffer.shape[-1]),
         ldb=int(g.b.buffer.shape[-1]),
-        swz_a=swizzle_bits(g.a),
-        swz_b=swizzle_bits(g.b),
+        swz_a=p.panels_a or swizzle_bits(g.a),
+        swz_b=p.panels_b or swizzle_bits(g.b),
+        rows_a=int(g.a.buffer.shape[-2]) if p.panels_a else 0,
+        rows_b=int(g.b.buffer.shape[-2]) if p.panels_b else 0,
     )
     return _INTRINSICS[g.kind].stmt(template, *args, *clear)

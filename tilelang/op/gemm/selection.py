@@ -67,7 +67,7 @@ def record(call: ir.Call, plan) -> ir.Call:
     if isinstance(plan, wgmma.Plan):
         values = [WGMMA, plan.wg_m, plan.wg_n, plan.swz_a, plan.swz_b]
     else:
-        values = [MMA, plan.warp_m, plan.warp_n, plan.k]
+        values = [MMA, plan.warp_m, plan.warp_n, plan.k, plan.panels_a, plan.panels_b]
     return ir.Call(call.op, args + [tirx.const(v, "int32") for v in values], ret_ty=call.ty)
 
 
@@ -78,7 +78,7 @@ def recorded(call: ir.Call):
         return None
     if values[0] == WGMMA:
         return wgmma.Plan(*values[1:5])
-    return mma.Plan(*values[1:4])
+    return mma.Plan(*values[1:6])
 
 
 def with_own_args(call: ir.Call, own: list) -> ir.Call:
