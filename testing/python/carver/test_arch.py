@@ -53,6 +53,20 @@ def test_cuda_description(h100):
     assert isinstance(arch.get_arch("sm_90a"), CUDA)
 
 
+def test_opt_in_shared_memory_is_the_compilers_limit(h100):
+    assert CUDA("sm_90a").smem_optin_cap == 227 * 1024  # what check_shared_memory allows on sm_90
+
+
+def test_described_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(driver, "get_cuda_device_properties", lambda device_id=0: None)
+    a100 = CUDA.from_arch("sm_80", sm_count=108)
+    assert (a100.sm_version, a100.compute_capability, a100.compute_max_core) == (80, "80", 108)
+    assert (a100.smem_cap, a100.smem_optin_cap, a100.warp_size) == (48 * 1024, 163 * 1024, 32)
+    assert arch.is_ampere_arch(a100) and CUDA.from_arch("sm_89", sm_count=128).smem_optin_cap == 99 * 1024
+    with pytest.raises(UserError, match="positive sm_count"):
+        CUDA.from_arch("sm_90a", sm_count=0)
+
+
 def test_other_platforms_are_refused_by_name():
     with pytest.raises(UserError, match="AMD CDNA devices are not a target of this tilelang"):
         CDNA("hip")

@@ -6,16 +6,20 @@ tools (`tilelang.tools.Analyzer`) and to examples that size persistent kernels:
     arch.compute_max_core                 # SMs, as driver.get_num_sms()
     arch.smem_cap, arch.compute_capability, arch.sm_version    # 49152, "90", 90 on an H100
 
-`CUDA` reads the device through torch (`driver`); building one needs a CUDA GPU. The public
-TileLang's other device classes (CDNA, RDNA, METAL, CPU) exist so that code choosing between them
-imports, and raise a UserError naming the platform when built: this tilelang targets CUDA only.
-The roller's hint templates (`tilelang.carver.template`, `tilelang.carver.roller`) are not part of
-this tilelang.
+`CUDA` reads the device through torch (`driver`); building one needs a CUDA GPU.
+`CUDA.from_arch("sm_90a", sm_count=132)` describes a GPU without one (tests, or planning tiles for
+another machine): the fields a GPU would report are filled from the architecture.
+`smem_optin_cap` is the shared memory one block may opt in to (227 KB on sm_90), the limit the
+compiler holds kernels to; `smem_cap` stays the 48 KB every block gets without opting in, as the
+public TileLang reports it. The public TileLang's other device classes (CDNA, RDNA, METAL, CPU)
+exist so that code choosing between them imports, and raise a UserError naming the platform when
+built: this tilelang targets CUDA only. `tilelang.carver.template` ranks GEMM tiles on a `CUDA`.
 """
 
 from __future__ import annotations
 
 import re
+import types
 
 from tilelang.carver.arch import driver
 from tilelang.errors import UserError
@@ -51,6 +55,7 @@ class TileDevice:
     compute_capability: str = "unknown"  # "90" for sm_90
     reg_cap: int = 0  # 32-bit registers per block
     smem_cap: int = 0  # shared memory per block without opt-in, bytes
+    smem_optin_cap: int = 0  # shared memory one block may opt in to, bytes (the limit kernels compile to)
     max_smem_usage: int = 0
     compute_max_core: int = 0  # SMs
     warp_size: int = 0
@@ -81,21 +86,47 @@ class CUDA(TileDevice):
     platform = "CUDA"
 
     def __init__(self, target="cuda"):
-        from tvm.target import Target
+        self._describe(_cuda_target(target), driver._properties(0))
 
-        from tilelang.utils.target import determine_target
+    @classmethod
+    def from_arch(cls, arch: str = "sm_90a", sm_count: int = 132, l2_cache_size_bytes: int = 0) -> CUDA:
+        """A GPU of architecture `arch` with `sm_count` SMs, described without touching a GPU.
 
-        self.target = target if isinstance(target, Target) else determine_target(target)
-        if self.target.kind.name != "cuda":
-            raise UserError(f"CUDA(...): target {self.target} is not a CUDA target")
+        Example: CUDA.from_arch("sm_80", sm_count=108)   # an A100, on a machine without one
+        Raises: UserError for an arch that is not a CUDA architecture ("sm_XY")."""
+        target = _cuda_target(arch)
+        sm = _sm_version(str(target.attrs.get("arch", "")))
+        if sm < 0 or int(sm_count) <= 0:
+            raise UserError(
+                f"CUDA.from_arch: expected an arch like 'sm_90a' and a positive sm_count, got {arch!r}, {sm_count!r}"
+            )
+        prop = types.SimpleNamespace(  # what torch would report for such a GPU
+            name=f"{target.attrs['arch']} with {sm_count} SMs (described, no device)",
+            major=sm // 10,
+            minor=sm % 10,
+            multi_processor_count=int(sm_count),
+            warp_size=32,
+            shared_memory_per_block=48 * 1024,
+            L2_cache_size=int(l2_cache_size_bytes),
+        )
+        device = cls.__new__(cls)
+        device._describe(target, prop)
+        return device
+
+    def _describe(self, target, prop):
+        """Fill the fields from a target and torch-style device properties."""
+        from tilelang.transform.check_shared_memory import shared_memory_limit
+
+        self.target = target
         self.sm_version = _sm_version(str(self.target.attrs.get("arch", "")))
-        prop = driver._properties(0)
         self.name = prop.name
         self.compute_capability = f"{prop.major}{prop.minor}"
         self.compute_max_core = int(prop.multi_processor_count)
         self.warp_size = int(getattr(prop, "warp_size", 32))
         self.smem_cap = int(prop.shared_memory_per_block)
         self.max_smem_usage = 2 * self.smem_cap
+        # The compiler's own limit (check_shared_memory), so a tile chosen against it compiles.
+        self.smem_optin_cap = shared_memory_limit(self.target)
         self.reg_cap = 65536
         self.sm_partition = 4
         self.l2_cache_size_bytes = int(getattr(prop, "L2_cache_size", 0))
@@ -109,6 +140,17 @@ class CUDA(TileDevice):
 
     def __repr__(self) -> str:
         return f"CUDA({self.target})"
+
+
+def _cuda_target(target):
+    from tvm.target import Target
+
+    from tilelang.utils.target import determine_target
+
+    target = target if isinstance(target, Target) else determine_target(target)
+    if target.kind.name != "cuda":
+        raise UserError(f"CUDA(...): target {target} is not a CUDA target")
+    return target
 
 
 def _not_a_target(platform: str):
