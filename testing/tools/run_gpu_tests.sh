@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The GPU tests (`-m gpu`) on the GPU machine, one pytest process per test file, P files at once; a
+# summary line per file, then the totals and the first errors of each failing file.
+#   bash testing/tools/run_gpu_tests.sh [P] [path ...]      (default: 6 files at once, testing examples)
+P=${1:-6}; shift
+paths=${*:-testing examples}
+export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/gputest-cache} PYTHONUNBUFFERED=1
+logs=/tmp/gpulogs; rm -rf $logs; mkdir -p $logs
+files=$(grep -rlE "mark\.gpu|pytestmark" --include='test_*.py' $paths | sort)
+one() {
+  f=$1; n=$(echo "$f" | tr / _)
+  timeout -k 5 500 python -m pytest -q -m gpu -p no:cacheprovider -rfE "$f" > "/tmp/gpulogs/$n.log" 2>&1
+  echo "$f: $(grep -E 'passed|failed|error|no tests' "/tmp/gpulogs/$n.log" | tail -1)"
+}
+export -f one
+echo "$files" | xargs -P "$P" -I{} bash -c 'one {}' | sort > $logs/summary
+grep -v " passed\| deselected" $logs/summary | grep -v "^$"
+count() { grep -oE "[0-9]+ $1" $logs/summary | awk '{s+=$1} END {print s+0}'; }
+echo "files: $(wc -l < $logs/summary); passed: $(count passed); failed: $(count failed)"
+for f in $(grep -l "failed\|error" $logs/*.log 2>/dev/null); do
+  echo "== $f"; grep -E "^E |FAILED|Error" "$f" | head -8 | cut -c1-250
+done
