@@ -27,6 +27,8 @@ EXAMPLES = [
     ("example_gemm_fp8", dict(M=256, N=256, K=512, block_M=64, block_N=64)),
     ("example_gemm_fp8", dict(M=200, N=256, K=512, block_M=64, block_N=64, persistent=True)),
     ("example_gemm_fp8_blockscale", dict(M=256, N=256, K=512, block_M=64, block_N=128)),
+    ("example_convolution", dict(N=2, C=32, H=15, W=13, F=72, K=3, S=2, P=1)),
+    ("example_convolution", dict(N=1, C=16, H=12, W=12, F=48, K=3, D=2, P=2)),
 ]
 
 
