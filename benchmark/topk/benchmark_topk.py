@@ -1,6 +1,6 @@
 """Row top-k and fused MoE routing beside torch, same run, same inputs.
 
-Top-k: our example kernel (best of a few (rows a block, threads) shapes) beside torch.topk, on router
+Top-k: our example kernel (best of a few (rows a block, threads, split) shapes) beside torch.topk, on router
 rows (N = 64..256 experts) and vocabulary rows (N = 32768, k = 8), fp32.
 Routing: the fused softmax + top-k + renormalization kernel beside torch.softmax, torch.topk and the
 division (what a Mixtral-style router runs), fp32 logits.
@@ -25,9 +25,11 @@ from example_topk import check_topk, topk  # noqa: E402
 from tilelang.profiler import do_bench_in_turn  # noqa: E402
 
 PEAK_HBM_GBS = 4800  # the H200's HBM3e
-# (rows a block, threads): router rows on a warp (or half, or a quarter), vocabulary rows on a block.
-SMALL_CONFIGS = [(4, 128), (8, 256), (8, 128), (16, 256)]
-LARGE_CONFIGS = [(1, 512), (1, 1024)]  # 64 or 32 entries a thread at N = 32768
+# (rows a block, threads, split): router rows on a warp (or half, or a quarter); vocabulary rows on a
+# block (64 or 32 entries a thread at N = 32768), or cut into `split` parts of a block each and merged
+# by a second kernel (more, smaller blocks: one block's loads run while another's rounds do).
+SMALL_CONFIGS = [(4, 128, 1), (8, 256, 1), (8, 128, 1), (16, 256, 1)]
+LARGE_CONFIGS = [(1, 512, 1), (1, 1024, 1), (1, 256, 4), (1, 256, 8), (1, 128, 8), (1, 128, 16)]
 # (M tokens, N, k)
 TOPK_SHAPES = [
     (4096, 64, 2),
@@ -40,10 +42,10 @@ TOPK_SHAPES = [
 ROUTING_SHAPES = [(4096, 64, 2), (16384, 64, 2), (16384, 128, 6), (4096, 256, 8), (65536, 256, 8)]
 
 
-def configs(N):
-    """Shapes whose threads a row are a power of two and at most a few entries past the row's end."""
+def configs(N, split=True):
+    """Shapes whose threads a row are at most the row's entries (the router's: a warp at least)."""
     chosen = SMALL_CONFIGS if N <= 512 else LARGE_CONFIGS
-    return [(rows, threads) for rows, threads in chosen if threads // rows <= max(N, 32)]
+    return [c for c in chosen if c[1] // c[0] <= max(N, 32) and (split or c[2] == 1)]
 
 
 def bench_topk(M, N, k):
@@ -63,8 +65,8 @@ def bench_topk(M, N, k):
 def bench_routing(M, E, k):
     logits = torch.randn(M, E, device="cuda")
     fns = {}
-    cfgs = configs(E)
-    for config, kernel in zip(cfgs, moe_routing.par_compile([(M, E, k, *c) for c in cfgs])):
+    cfgs = configs(E, split=False)
+    for config, kernel in zip(cfgs, moe_routing.par_compile([(M, E, k, *c[:2]) for c in cfgs])):
         x = torch.randn(M, E, device="cuda")
         check_routing(x, *kernel(x), k)
         fns[config] = functools.partial(kernel, logits)
@@ -77,12 +79,12 @@ def bench_routing(M, E, k):
 def print_rows(title, what, rows):
     print(title)
     print(
-        f"{'M':>6} {what:>6} {'k':>2} {'best (rows, threads)':>21} {'ours us':>8} {'GB/s':>6} "
+        f"{'M':>6} {what:>6} {'k':>2} {'best (rows, threads, split)':>28} {'ours us':>8} {'GB/s':>6} "
         f"{'torch us':>9} {'GB/s':>6} {'speedup':>7}"
     )
     for M, N, k, best, ours, ref, moved in rows:
         print(
-            f"{M:6d} {N:6d} {k:2d} {str(best):>21} {ours * 1e3:8.1f} {moved / ours / 1e6:6.0f} "
+            f"{M:6d} {N:6d} {k:2d} {str(best):>28} {ours * 1e3:8.1f} {moved / ours / 1e6:6.0f} "
             f"{ref * 1e3:9.1f} {moved / ref / 1e6:6.0f} {ref / ours:7.3f}"
         )
 

@@ -20,10 +20,10 @@ import argparse
 import torch
 from example_topk import (
     TAKEN,
+    Spread,
     check_sizes,
     index_of,
     load_rows,
-    row_layouts,
     take_largest,
     thread_max,
     value_of,
@@ -40,9 +40,8 @@ LOG2E = 1.44269504  # exp(x) = exp2(x * log2(e))
 @tilelang.jit(out_idx=[-2, -1])
 def moe_routing(M, E, k, rows=4, threads=128, renormalize=True, dtype="float32"):
     check_sizes(E, k, rows, threads)
-    tpr = threads // rows
-    per_thread = -(-E // tpr)
-    entries_layout, partials_layout = row_layouts(rows, threads, per_thread)
+    s = Spread(rows, threads, -(-E // (threads // rows)), E)
+    tpr, per_thread = s.tpr, s.per_thread
     renormalize = bool(renormalize)  # (decided when the kernel is traced)
 
     @T.prim_func
@@ -62,12 +61,10 @@ def moe_routing(M, E, k, rows=4, threads=128, renormalize=True, dtype="float32")
             # The picks' exp(l - m) and experts, until the denominator is known.
             picked = T.alloc_shared((rows, k), "float32")
             picked_ids = T.alloc_shared((rows, k), "int32")
-            T.annotate_layout(
-                {ord_: entries_layout, partial: partials_layout, top: partials_layout, exps: partials_layout}
-            )
-            load_rows(logits, ord_, bx, M, E, rows, tpr, per_thread)
+            s.annotate(ord_, partial, top, exps)
+            load_rows(logits, ord_, bx, 0, M, s)
             for i, t in T.Parallel(rows, tpr):
-                thread_max(ord_, top, partial, i, t, E, tpr, per_thread)
+                thread_max(ord_, top, partial, i, t, 0, s)
             if not renormalize:
                 # The whole row's sum of exp(l - m), before any entry is taken; TAKEN entries past
                 # the row's end add nothing.
@@ -81,7 +78,7 @@ def moe_routing(M, E, k, rows=4, threads=128, renormalize=True, dtype="float32")
                             exps[i, t] += T.exp2((value_of_ordered(ord_[i, t, e]) - row_max[i]) * LOG2E)
                 T.reduce_sum(exps, denominator, dim=1)
             for r in T.serial(k):
-                take_largest(ord_, top, partial, best, E, rows, tpr, per_thread)
+                take_largest(ord_, top, partial, best, 0, s)
                 for i in T.Parallel(rows):
                     if r == 0:
                         row_max[i] = value_of(best[i])
