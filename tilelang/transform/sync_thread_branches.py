@@ -23,7 +23,8 @@ Before:  if tx < 128:          1: sync                    3: sync
                                   sync                       sync
 
 A condition the same for every thread of the block (`if tile < total:` in a persistent kernel's
-loop over tiles: block indices, loop counters and scalars only) is marked thread-invariant for
+loop over tiles: block indices, loop counters and scalars only; tensors the kernel does not write,
+such as a tile table an earlier kernel of the function filled) is marked thread-invariant for
 TVM, which then places barriers inside it too, and unmarked afterwards. TVM's barrier insertion
 runs through `thread_sync`, which reports a barrier needed under any other condition as the user's
 mistake, at their `if`.
@@ -47,7 +48,7 @@ from tilelang import intrinsics
 from tilelang.errors import UserError, at_span
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform import barrier_ids
-from tilelang.utils.ir import const_int, is_block_barrier, seq, statements
+from tilelang.utils.ir import collect, const_int, is_block_barrier, seq, statements
 
 THREAD_BRANCH = "tl.thread_branch"  # one side of a thread branch: node [lo, hi)
 _HIDDEN = "tl.thread_branch_condition"  # a branch whose condition is hidden: node the condition
@@ -213,8 +214,35 @@ def _block_uniform(body):
         varying_arrays |= bad
 
 
+def _kernel_roots(body) -> list:
+    """The outermost `blockIdx` launch attributes: one per kernel of the function (T.Kernel)."""
+    launches = []
+
+    def on_attr(node):
+        if node.attr_key == "thread_extent" and str(node.node.thread_tag).startswith("blockIdx"):
+            launches.append(node)
+
+    tvm_ffi.structural_walk(body, [(tirx.AttrStmt, on_attr)])
+    nested = [x for b in launches for x in collect(b.body, tirx.AttrStmt)]
+    return [a for a in launches if not any(a.same_as(x) for x in nested)]
+
+
 def expose_thread_branches(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
-    uniform = _block_uniform(func.body)
+    """Each kernel of the function on its own: a tensor an earlier kernel wrote is read-only in a
+    later one (the launches run in order), so a condition on it is block-uniform there."""
+    roots = _kernel_roots(func.body)
+    if not roots:
+        return func.with_body(_expose_in(func.body, options))
+    done = [(root, _expose_in(root, options)) for root in roots]
+
+    def on_attr(node):
+        return next((new for root, new in done if node.same_as(root)), node)
+
+    return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.AttrStmt, on_attr)], order="pre"))
+
+
+def _expose_in(body, options: CompileOptions):
+    uniform = _block_uniform(body)
     barriers = not options.disable_thread_storage_sync
 
     def on_if(node):
@@ -239,7 +267,7 @@ def expose_thread_branches(func: tirx.PrimFunc, options: CompileOptions = DEFAUL
         hidden = tirx.AttrStmt(node.condition, _HIDDEN, flag, seq(sides))
         return seq([sync, hidden, sync]) if barriers else hidden
 
-    return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.IfThenElse, on_if)], order="post"))
+    return tvm_ffi.structural_map(body, [(tirx.IfThenElse, on_if)], order="post")
 
 
 def _is_invariant_mark(cond) -> bool:

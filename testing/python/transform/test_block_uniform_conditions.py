@@ -77,3 +77,32 @@ def test_pure_calls_keep_a_condition_uniform():
 
     kernel = tilelang.compile(main, out_idx=[-1], target="sm_80")
     assert "__syncthreads" in kernel.get_kernel_source()
+
+
+def _table_from_an_earlier_kernel():
+    """A tile table the function's first kernel fills, read in the second kernel's condition: the
+    launches run in order, so the table is read-only there and the condition is block-uniform."""
+
+    @T.prim_func
+    def main(x: T.Tensor((4, 128), "float16"), given: T.Tensor((4,), "int32"), y: T.Tensor((4, 128), "float16")):
+        table = T.alloc_global((4,), "int32")
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(4):
+                table[i] = given[i]
+        with T.Kernel(4, threads=128) as bx:
+            s = T.alloc_shared((128,), "float16")
+            if table[bx] >= 0:
+                T.copy(x[bx, 0], s)
+                for i in T.Parallel(128):
+                    y[bx, i] = s[127 - i]  # what another thread wrote: a barrier inside the if
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_a_table_an_earlier_kernel_wrote_is_uniform(target):
+    kernel = tilelang.compile(_table_from_an_earlier_kernel(), target=target)
+    src = kernel.get_kernel_source()
+    body = src[src.index("if (0 <= table"):]
+    assert "__syncthreads();" in body[: body.index("y_ptr[")]
+    cuda.compile_object(src, kernel.target, host_src=kernel.host_source)
