@@ -58,6 +58,7 @@ from tilelang.transform.stage_fragment_stores import stage_fragment_stores
 from tilelang.transform.sync_shared_atomics import expose_shared_atomics, restore_shared_atomics
 from tilelang.transform.sync_thread_branches import expose_thread_branches, restore_thread_branches, thread_sync
 from tilelang.transform.use_fast_exp2 import use_fast_exp2
+from tilelang.transform.widen_large_indices import widen_large_indices
 from tilelang.transform.warp_specialize import CONSUMER_BRANCH, warp_specialize
 from tilelang.utils.target import has_tma, is_cpu
 
@@ -152,6 +153,8 @@ def _tvm_passes(options: CompileOptions, target):
     syncs = not options.disable_thread_storage_sync  # tl.disable_thread_storage_sync: the kernel's own only
     return [
         ("stmt_simplify", tirx.transform.StmtSimplify()),
+        # Tensors of 2**31 elements or more: offsets in int64 (int32 ones would wrap).
+        ("widen_large_indices", _apply_to_funcs(widen_large_indices)),
         # Buffers become flat pointers; the vectorized loops then become 128-bit accesses.
         ("flatten_buffer", tirx.transform.FlattenBuffer()),
         ("narrow_data_type", tirx.transform.NarrowDataType(32)),
