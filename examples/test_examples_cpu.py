@@ -29,6 +29,11 @@ EXAMPLES = [
     ("example_gemm_fp8_blockscale", dict(M=256, N=256, K=512, block_M=64, block_N=128)),
     ("example_convolution", dict(N=2, C=32, H=15, W=13, F=72, K=3, S=2, P=1)),
     ("example_convolution", dict(N=1, C=16, H=12, W=12, F=48, K=3, D=2, P=2)),
+    ("example_grouped_gemm", dict(E=8, N=192, K=160, total_tokens=700, block_M=64, block_N=64)),
+    ("example_topk", dict(M=37, N=1000, k=5, rows=2, threads=64)),
+    ("example_topk", dict(M=9, N=1000, k=5, threads=64, split=3)),
+    ("example_moe_routing", dict(M=37, E=100, k=6, rows=2, threads=64)),
+    ("example_moe_routing", dict(M=37, E=100, k=6, rows=2, threads=64, renormalize=False)),
 ]
 
 
