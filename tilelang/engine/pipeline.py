@@ -37,6 +37,7 @@ from tilelang.transform.fold_tile_extents import fold_tile_extents
 from tilelang.transform.hoist_allocations import hoist_allocations
 from tilelang.transform.hoist_shared_reads import hoist_shared_reads
 from tilelang.transform.infer_layout import infer_layout
+from tilelang.transform.keep_nan_checks import keep_nan_checks
 from tilelang.transform.inject_cp_async_pipelines import inject_cp_async_pipelines
 from tilelang.transform.inject_tma_pipelines import inject_tma_pipelines
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
@@ -74,6 +75,8 @@ def _tile_passes(options: CompileOptions, target):
 
     hopper = has_tma(target)  # TMA, mbarrier pipelines, warp specialization, setmaxnreg (sm_90a)
     return [
+        # `x != x` (a NaN test) before any simplification would fold it to False.
+        ("keep_nan_checks", keep_nan_checks),
         # The hand-written warp-specialization primitives off sm_90a: an error before anything else.
         *([] if hopper else [("check_hopper_primitives", check_hopper_primitives)]),
         # Tile extents between bound values (`Q[b, H0:H1, :]`) become the constants they are, before
@@ -227,6 +230,7 @@ def _cpu_passes(options: CompileOptions):
         # The block's threads do not exist on the CPU: what names them, or a GPU instruction, is an
         # error at the user's line before anything else (as for the Hopper primitives off sm_90a).
         ("check_cpu_constructs", check_cpu_constructs),
+        ("keep_nan_checks", keep_nan_checks),
         ("fold_tile_extents", fold_tile_extents),
         # copy/fill/tile atomics become T.Parallel loops, then global accesses past a tensor's edge
         # get their guards, while indices are logical: as on the GPU, partial tiles are predicated.
