@@ -75,10 +75,10 @@ def _tile_passes(options: CompileOptions, target):
 
     hopper = has_tma(target)  # TMA, mbarrier pipelines, warp specialization, setmaxnreg (sm_90a)
     return [
-        # `x != x` (a NaN test) before any simplification would fold it to False.
-        ("keep_nan_checks", keep_nan_checks),
         # The hand-written warp-specialization primitives off sm_90a: an error before anything else.
         *([] if hopper else [("check_hopper_primitives", check_hopper_primitives)]),
+        # `x != x` (a NaN test) before any simplification would fold it to False.
+        ("keep_nan_checks", keep_nan_checks),
         # Tile extents between bound values (`Q[b, H0:H1, :]`) become the constants they are, before
         # any pass reads a tile's shape (TMA boxes, pipelines, gemm plans); the user's T.tma_copy is
         # checked with them.
