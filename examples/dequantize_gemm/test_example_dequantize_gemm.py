@@ -55,8 +55,9 @@ def _compiled_source(func, arch):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_gemv_generated_cuda(arch):
     src = _compiled_source(example.dequant_gemv.factory(4, 4096, 4096), arch)
-    # One 32-bit word of W a lane (128 contiguous bytes a warp), A's 8 columns in one 128-bit load.
-    assert "word_ptr[3] = W_ptr[" in src and "*(uint4*)(a_ptr + 0) = *(uint4*)(A_ptr + " in src
+    # Eight 32-bit words of W a lane (each 128 contiguous bytes a warp), A's 8 columns of a word in one
+    # 128-bit load.
+    assert "word_ptr[7] = W_ptr[" in src and "*(uint4*)(a_ptr + 0) = *(uint4*)(A_ptr + " in src
     # Codes made floats by the exponent trick: no int-to-float conversion of a code.
     assert "| 1258291200" in src and "(float)((word" not in src
     # The 32 lanes of a row folded by warp shuffles.
