@@ -39,6 +39,16 @@ GEMV_CONFIGS = [(4, 128, 4), (4, 128, 8), (2, 128, 8), (8, 128, 4), (4, 256, 4),
 GEMM_CONFIGS = [(128, 128, 64, 256, 3), (128, 256, 64, 256, 3), (256, 128, 64, 256, 3), (128, 128, 64, 128, 4)]
 
 
+def as_words(packed):
+    """The packed bytes as the GEMV reads them: int32 words of 8 codes."""
+    return packed.view(torch.int32)
+
+
+def as_bytes(packed):
+    """The packed bytes as the tensor-core kernel reads them."""
+    return packed
+
+
 def check(kernel, M, N, K, W_view):
     """A fresh check for each compiled kernel (a kernel that wrote nothing must not pass)."""
     packed, scales, zeros = random_weights(N, K)
@@ -52,11 +62,11 @@ def bench(M, N, K):
     if gemv:
         configs = GEMV_CONFIGS
         kernels = dequant_gemv.par_compile([(M, N, K, *c) for c in configs])
-        W_view = lambda p: p.view(torch.int32)  # noqa: E731  (the GEMV reads W as 32-bit words)
+        W_view = as_words
     else:
         configs = GEMM_CONFIGS
         kernels = dequant_gemm.par_compile([(M, N, K, *c) for c in configs])
-        W_view = lambda p: p  # noqa: E731
+        W_view = as_bytes
     packed, scales, zeros = random_weights(N, K)
     A = torch.randn(M, K, device="cuda", dtype=torch.float16)
     W16 = torch.randn(N, K, device="cuda", dtype=torch.float16)
