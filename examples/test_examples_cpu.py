@@ -34,6 +34,8 @@ EXAMPLES = [
     ("example_topk", dict(M=9, N=1000, k=5, threads=64, split=3)),
     ("example_moe_routing", dict(M=37, E=100, k=6, rows=2, threads=64)),
     ("example_moe_routing", dict(M=37, E=100, k=6, rows=2, threads=64, renormalize=False)),
+    ("example_dequantize_gemm", dict(M=5, N=77, K=1152)),
+    ("example_dequantize_gemm", dict(M=200, N=136, K=256, has_zeros=False)),
 ]
 
 
