@@ -1,0 +1,65 @@
+"""Flash-decoding example: main() against the fp32 torch reference on the GPU (small sizes: lengths of
+1, page-size multiples and not, sequences shorter than the split count; group 1, 4 and 8) and on the
+CPU target (numbers, in CI), and the generated CUDA checked and compiled by nvcc for sm_80 and sm_90a
+on any machine."""
+
+import example_flash_decoding
+import pytest
+
+import tilelang
+from tilelang.codegen import cuda
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "seqlens,heads,kv_heads,page_size,num_splits",
+    [
+        ((1, 64, 65, 1000), 32, 8, 64, None),  # group 4, the split choose_num_splits picks
+        ((4096, 1, 127, 3000), 8, 8, 64, 4),  # group 1 (MHA); a 1-token sequence leaves 3 splits empty
+        ((5, 300, 2049), 16, 2, 16, 8),  # group 8, 16-token pages (4 a step); 5 tokens: 1 step, 8 splits
+        ((777,), 32, 8, 64, 16),  # one sequence: 13 steps over 16 splits (1 a split, 3 left empty)
+        ((8191, 64, 1), 32, 4, 32, 5),  # 32-token pages, 2 a step; a split count that divides no step count
+        ((100, 3000), 32, 8, 128, 3),  # 128-token pages: a step of 128 tokens
+    ],
+)
+def test_flash_decoding(seqlens, heads, kv_heads, page_size, num_splits):
+    example_flash_decoding.main(seqlens, heads, kv_heads, 128, page_size, num_splits)
+
+
+def test_flash_decoding_on_the_cpu():
+    # Group 4 with splits: a 1-token sequence, a page and one token, and a length that is a multiple of
+    # neither the page nor the split.
+    # 16-token pages, 4 a step (the last step of a sequence reads table entries past its pages).
+    example_flash_decoding.main(
+        (1, 17, 100, 200), heads=8, kv_heads=2, dim=64, page_size=16, num_splits=3, device="cpu"
+    )
+
+
+def test_choose_num_splits():
+    # B=1, 8 KV heads, 132 SMs: 33 splits fill the SMs twice (264 blocks).
+    assert example_flash_decoding.choose_num_splits(1, 8, 65536, 132) == 33
+    # B=64: 512 blocks without a split already.
+    assert example_flash_decoding.choose_num_splits(64, 8, 65536, 132) == 1
+    # A short sequence caps the split at 4 steps of 64 tokens per split.
+    assert example_flash_decoding.choose_num_splits(1, 8, 512, 132) == 2
+
+
+def _compiled_source(arch, *args):
+    kernel = tilelang.compile(example_flash_decoding.flash_decoding.factory(*args), out_idx=[-1], target=arch)
+    src = kernel.get_kernel_source()
+    cuda.compile_object(src, kernel.target, host_src=kernel.host_source)
+    return src
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_generated_cuda(arch):
+    # B=8, H=32, H_kv=8, D=128, 64-token pages, 4096 pages in the pool, 1024 pages a sequence, 16 splits.
+    src = _compiled_source(arch, 8, 32, 8, 128, 64, 4096, 1024, 16)
+    assert src.count("__global__") == 4  # the split kernel and the combine (declared, defined)
+    # The page's physical index comes from the block table, and the page is copied ahead by cp.async
+    # (the data-dependent address rules out a TMA descriptor's tile coordinates computed ahead).
+    assert "block_table_ptr[" in src and "tl::cp_async<" in src
+    # The group's 4 heads padded to 16 rows: mma.sync tiles for Q·Kᵀ and P·V over 4 warps, FullCol.
+    assert "tl::gemm_ss<16, 64, 128, 1, 4," in src and "tl::gemm_ss<16, 128, 64, 1, 4," in src
+    # The scores past the sequence's end are masked on the last page.
+    assert "-CUDART_INF_F" in src
