@@ -2,7 +2,8 @@
 
 H=32 query heads, H_kv=8, D=128, fp16, 64-token pages handed out in a random order; B = 1, 8, 64 with
 KV lengths 4096, 16384, 65536 (B=64: 65536 only in the mix), and mixed (the three lengths in turn).
-For each row: our kernel with the split `choose_num_splits` picks and the best of a few splits and
+For each row: our kernel with the split `choose_num_splits` picks (16 rows, 2 stages) and the best
+of a few splits, row paddings (16: mma.sync fed by cp.async; 64: wgmma fed by TMA on Hopper) and
 pipeline depths; torch SDPA on K/V already gathered into dense [B, H_kv, max_len, D] (a boolean mask
 for the shorter sequences of a mixed batch: SDPA then reads max_len keys for every sequence), and the
 same SDPA with the gather (cache[block_table], what a paged cache costs torch). Bandwidth is the KV
@@ -31,7 +32,9 @@ from tilelang.profiler import do_bench_in_turn  # noqa: E402
 
 HEADS, KV_HEADS, DIM, PAGE = 32, 8, 128, 64
 LENGTHS = (4096, 16384, 65536)
-STAGES = (2, 3)
+# Rows the group of query heads is padded to: 16 rows are mma.sync fed by cp.async; 64 rows on Hopper
+# are wgmma fed by a TMA producer warpgroup.
+ROWS = (16, 64)
 
 
 def cases(quick):
@@ -60,8 +63,9 @@ def bench(lengths, sms):
     B, max_pages = table.shape
     auto = choose_num_splits(B, KV_HEADS, max(lengths), sms)
     splits = sorted({max(1, auto // 2), auto, 2 * auto})
-    configs = [(s, stages) for s in splits for stages in STAGES]
-    args = [(B, HEADS, KV_HEADS, DIM, PAGE, k_cache.shape[0], max_pages, s, 16, 64, 128, st) for s, st in configs]
+    configs = [(s, rows, 2) for s in splits for rows in ROWS] + [(auto, rows, 3) for rows in ROWS]
+    nb = k_cache.shape[0]
+    args = [(B, HEADS, KV_HEADS, DIM, PAGE, nb, max_pages, s, rows, 64, 128, st) for s, rows, st in configs]
     ref = ref_decode(q, k_cache, v_cache, table, seqlens)
     fns = {}
     for config, kernel in zip(configs, flash_decoding.par_compile(args)):
@@ -83,7 +87,7 @@ def bench(lengths, sms):
         fns["sdpa"] = fns["gather+sdpa"] = None
     ms = do_bench_in_turn(fns, rounds=3)
     best = min(configs, key=lambda c: ms[c])
-    return auto, ms[auto, STAGES[0]], best, ms[best], ms["sdpa"], ms["gather+sdpa"], kv_bytes(seqlens, KV_HEADS, DIM)
+    return auto, ms[auto, 16, 2], best, ms[best], ms["sdpa"], ms["gather+sdpa"], kv_bytes(seqlens, KV_HEADS, DIM)
 
 
 def main():
@@ -93,17 +97,18 @@ def main():
     sms = num_sms()
     print(
         f"Flash decoding, H={HEADS} H_kv={KV_HEADS} D={DIM} fp16, {PAGE}-token pages, {sms} SMs; HBM peak "
-        f"{PEAK_HBM_GBS} GB/s; auto: choose_num_splits, {STAGES[0]} stages; best: (splits, stages)"
+        f"{PEAK_HBM_GBS} GB/s; auto: choose_num_splits, the example's 16 rows and 2 stages; best: (splits, rows, "
+        f"stages) of splits auto/2, auto, 2 x auto with rows {ROWS}, and 3 stages at auto"
     )
     print(
-        f"{'case':>14} {'auto':>4} {'us':>8} {'GB/s':>6} {'%peak':>6} {'best':>8} {'us':>8} {'GB/s':>6} "
+        f"{'case':>14} {'auto':>4} {'us':>8} {'GB/s':>6} {'%peak':>6} {'best':>12} {'us':>8} {'GB/s':>6} "
         f"{'%peak':>6} {'sdpa us':>8} {'GB/s':>6} {'+gather us':>10} {'vs sdpa':>7}"
     )
     for name, lengths in cases(args.quick):
         auto, at_auto, best, at_best, sdpa_ms, gather_ms, moved = bench(lengths, sms)
         print(
             f"{name:>14} {auto:4d} {at_auto * 1e3:8.1f} {gbs(moved, at_auto):6.0f} "
-            f"{gbs(moved, at_auto) / PEAK_HBM_GBS:6.1%} {str(best):>8} {at_best * 1e3:8.1f} "
+            f"{gbs(moved, at_auto) / PEAK_HBM_GBS:6.1%} {str(best):>12} {at_best * 1e3:8.1f} "
             f"{gbs(moved, at_best):6.0f} {gbs(moved, at_best) / PEAK_HBM_GBS:6.1%} {sdpa_ms * 1e3:8.1f} "
             f"{gbs(moved, sdpa_ms):6.0f} {gather_ms * 1e3:10.1f} {sdpa_ms / at_best:7.3f}"
         )

@@ -23,7 +23,10 @@ kernel is bound by HBM bandwidth, and what matters is keeping the SMs busy readi
   than the split count (or whose steps run out early) leaves the last splits empty; they write
   nothing and the combine stops at the used ones. Lengths are at least 1.
 - Scores are [block_H, block_N] for 4 warps: `FullCol` gives each warp a column slice of the scores,
-  then P goes through shared memory to be the A operand of P·V (each warp needs whole rows).
+  then P goes through shared memory to be the A operand of P·V (each warp needs whole rows). With
+  block_H = 64 on Hopper both products are one warpgroup's wgmma and the compiler adds a TMA producer
+  warpgroup, which reads the page index from the table and uses it as a tile coordinate; 16 rows
+  (mma.sync, cp.async) waste fewer tensor-core cycles on padding (benchmark/flash_decoding has both).
 """
 
 import argparse

@@ -26,6 +26,14 @@ def test_flash_decoding(seqlens, heads, kv_heads, page_size, num_splits):
     example_flash_decoding.main(seqlens, heads, kv_heads, 128, page_size, num_splits)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_flash_decoding_64_rows(page_size):
+    # The group's rows padded to 64 (wgmma and a TMA producer on Hopper), group 4 and 8.
+    example_flash_decoding.main((1, 65, 1000, 4097), 32, 8, 128, page_size, 7, block_H=64)
+    example_flash_decoding.main((3, 2000), 64, 8, 128, page_size, None, block_H=64)
+
+
 def test_flash_decoding_on_the_cpu():
     # Group 4 with splits: a 1-token sequence, a page and one token, and a length that is a multiple of
     # neither the page nor the split.
@@ -44,8 +52,9 @@ def test_choose_num_splits():
     assert example_flash_decoding.choose_num_splits(1, 8, 512, 132) == 2
 
 
-def _compiled_source(arch, *args):
-    kernel = tilelang.compile(example_flash_decoding.flash_decoding.factory(*args), out_idx=[-1], target=arch)
+def _compiled_source(arch, *args, **pass_configs):
+    f = example_flash_decoding.flash_decoding.factory(*args)
+    kernel = tilelang.compile(f, out_idx=[-1], target=arch, pass_configs=pass_configs)
     src = kernel.get_kernel_source()
     cuda.compile_object(src, kernel.target, host_src=kernel.host_source)
     return src
@@ -57,9 +66,26 @@ def test_generated_cuda(arch):
     src = _compiled_source(arch, 8, 32, 8, 128, 64, 4096, 1024, 16)
     assert src.count("__global__") == 4  # the split kernel and the combine (declared, defined)
     # The page's physical index comes from the block table, and the page is copied ahead by cp.async
-    # (the data-dependent address rules out a TMA descriptor's tile coordinates computed ahead).
+    # (16-row tiles are mma.sync, without a producer warpgroup on Hopper either).
     assert "block_table_ptr[" in src and "tl::cp_async<" in src
     # The group's 4 heads padded to 16 rows: mma.sync tiles for Q·Kᵀ and P·V over 4 warps, FullCol.
     assert "tl::gemm_ss<16, 64, 128, 1, 4," in src and "tl::gemm_ss<16, 128, 64, 1, 4," in src
     # The scores past the sequence's end are masked on the last page.
     assert "-CUDART_INF_F" in src
+
+
+def test_generated_cuda_64_rows_on_hopper():
+    # block_H = 64: wgmma for both products, fed by a TMA producer warpgroup whose tile coordinates are
+    # the page index read from the table. (tl.check_barrier_protocol cannot run here: it simulates
+    # one block, and the trip count comes from cache_seqlens, a tensor it does not know.)
+    src = _compiled_source("sm_90a", 8, 32, 8, 128, 64, 4096, 1024, 16, 64)
+    assert "tl::wgmma_ss<64, 64, 128," in src and "tl::wgmma_ss<64, 128, 64," in src
+    assert "tl::tma_load(K_cache_tma0" in src and "tl::tma_load(V_cache_tma1" in src
+    assert "= block_table_ptr[" in src
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_generated_cuda_small_pages(arch):
+    # 16-token pages, 4 a step: four copies per step, each page's index from the table.
+    src = _compiled_source(arch, 3, 16, 2, 128, 16, 600, 200, 8)
+    assert "tl::gemm_ss<16, 64, 128, 1, 4," in src and src.count("block_table_ptr[") >= 4
