@@ -36,6 +36,14 @@ EXAMPLES = [
     ("example_moe_routing", dict(M=37, E=100, k=6, rows=2, threads=64, renormalize=False)),
     ("example_dequantize_gemm", dict(M=5, N=77, K=1152)),
     ("example_dequantize_gemm", dict(M=200, N=136, K=256, has_zeros=False)),
+    (
+        "example_flash_decoding",
+        dict(seqlens=(1, 17, 100, 200), heads=8, kv_heads=2, dim=64, page_size=16, num_splits=3),
+    ),
+    (
+        "example_flash_decoding",
+        dict(seqlens=(1, 65, 300), heads=16, kv_heads=2, dim=64, page_size=64, num_splits=2, block_H=64),
+    ),
 ]
 
 
