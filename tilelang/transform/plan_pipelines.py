@@ -40,6 +40,7 @@ import logging
 from tvm import tirx
 
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
+from tilelang.transform.common import walk
 from tilelang.transform.pipelining import checks, schedule
 from tilelang.utils.target import has_tma
 
@@ -71,11 +72,31 @@ def _form(loop, plan, kernel, stages: int) -> tuple:
     return schedule.TMA_WS, checks.cluster_plan(loop, plan.producers, kernel)
 
 
+def _nested_loads(body) -> bool:
+    """Whether `body` has a global-to-shared tile copy below its top level."""
+    found = []
+
+    def on_eval(stmt):
+        if checks.load_of(stmt) is not None:
+            found.append(stmt)
+
+    walk(body, [(tirx.Evaluate, on_eval)])
+    return bool(found)
+
+
 def plan_pipelines(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
     def visit(loop, stages, kernel, new_tiles):
         loop = schedule.distribute_guard(loop, kernel.func)
         plan = schedule.schedule(loop)
         if not plan.producers:
+            if stages > 1 and _nested_loads(loop.body):
+                logger.info(
+                    "pipelined loop '%s': its global-to-shared copies sit inside inner loops or conditions, so "
+                    "none is issued ahead (num_stages=%d has no effect); write each tile's copy at the top "
+                    "level of the loop body to pipeline it",
+                    loop.loop_var.name,
+                    stages,
+                )
             return None
         form, cluster = _form(loop, plan, kernel, stages)
         return schedule.with_form(loop, form, cluster) if form is not None else None

@@ -81,3 +81,22 @@ def test_a_loop_without_copies_is_not_planned():
 
     func = main.with_attr("target", determine_target("sm_90a"))
     assert_ir_equal(plan_pipelines(func), func)
+
+
+def test_copies_inside_an_inner_loop_are_reported(caplog):
+    """Copies filling a tile in an inner loop (two half tiles from two table entries) are not
+    issued ahead: the planner says so at INFO instead of silently running a plain loop."""
+    import logging
+
+    @T.prim_func
+    def main(K: T.Tensor((64, 32, 128), "float16"), table: T.Tensor((8,), "int32"), O: T.Tensor((64, 128), "float16")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((64, 128), "float16")
+            for k in T.Pipelined(4, num_stages=2):
+                for p in T.unroll(2):
+                    T.copy(K[table[2 * k + p], 0:32, :], S[p * 32 : (p + 1) * 32, :])
+                T.copy(S, O)
+
+    with caplog.at_level(logging.INFO, logger="tilelang"):
+        plan_pipelines(main)
+    assert "its global-to-shared copies sit inside inner loops or conditions" in caplog.text
