@@ -275,7 +275,10 @@ def plan_vector_size(loop_vars, extents, body, analyzer, limit: int = 0) -> int:
     acc = _Accesses(body)
     # Memory accesses are at most 128 bits; values computed in registers (e.g. fp16 widened to fp32)
     # may be wider, as far as the code generator has a type for them (`register_lanes`).
-    widths = [MAX_VECTOR_BITS // dtype_bits(str(b.dtype)) for b, _ in acc.memory]
+    # (A load at the same address for every lane, such as a page index read from a table inside
+    # another access's index, is one scalar load: it does not limit the vector.)
+    moving = [(b, idx) for b, idx in acc.memory if _depends_on(_flat_offset(b, idx), var)]
+    widths = [MAX_VECTOR_BITS // dtype_bits(str(b.dtype)) for b, _ in moving]
     widths += [register_lanes(dtype_bits(str(b.dtype))) for b, _ in acc.all]
     widths += [register_lanes(_cast_bits(c)) for c in _value_casts(body, var)]
     widths = widths or [1]

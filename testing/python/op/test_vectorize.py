@@ -155,3 +155,14 @@ def _static_copy():
             T.copy(s, C[by * 128, bx * 64])
 
     return main
+
+
+def test_a_table_lookup_inside_an_index_does_not_narrow_the_vector():
+    # K[table[p], j]: the int32 table entry is one load for every lane (a page index), not a
+    # 32-bit lane of the vector: fp16 rows still move 8 elements (16 bytes) at a time.
+    i, j, ana = _nest()
+    table = tirx.decl_buffer((16,), "int32", "table")
+    K = tirx.decl_buffer((4096, 128), "float16", "K")
+    S = tirx.decl_buffer((64, 128), "float16", "S", scope="shared")
+    body = tirx.BufferStore(S, tirx.BufferLoad(K, [tirx.BufferLoad(table, [i // 16]) * 64 + i, j]), [i, j])
+    assert _plan(body, i, j, ana) == 8
