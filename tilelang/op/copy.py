@@ -165,12 +165,9 @@ class Copy(base.TileOp):
                 value = tirx.Cast(str(d.buffer.dtype), value)
             return tirx.BufferStore(d.buffer, value, dst_idx)
 
-        loop = build_parallel_nest(d, body, span=self.span)
         ann = {}
         if self.coalesced_width:
             ann["coalesced_width"] = self.coalesced_width
         if self.is_async:
             ann[ASYNC_COPY] = 1
-        if ann and isinstance(loop, tirx.For):
-            loop = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, annotations=ann, span=loop.span)
-        return loop
+        return build_parallel_nest(d, body, span=self.span, annotations=ann)

@@ -163,11 +163,7 @@ class Im2Col(base.TileOp):
             value = tirx.if_then_else(inside, value, tirx.const(0, dtype))
             return tirx.BufferStore(d.buffer, value, dst_idx)
 
-        loop = build_parallel_nest(d, body, span=self.span)
-        if self.is_async and isinstance(loop, tirx.For):
-            ann = {ASYNC_COPY: 1}
-            loop = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, annotations=ann, span=loop.span)
-        return loop
+        return build_parallel_nest(d, body, span=self.span, annotations={ASYNC_COPY: 1} if self.is_async else None)
 
 
 def source_index(m, col, img_shape, kernel: int, stride: int, dilation: int, pad: int):

@@ -8,10 +8,11 @@ from tvm import tirx
 from tilelang.utils.ir import is_one, is_zero
 
 
-def build_parallel_nest(region, body_fn, span=None) -> tirx.Stmt:
+def build_parallel_nest(region, body_fn, span=None, annotations=None) -> tirx.Stmt:
     """`for v0, v1, ... in T.Parallel(*tile extents): body_fn(indices of region, [v0, v1, ...])`.
 
     One loop per non-unit extent of `region`; unit dimensions are indexed at their start.
+    `annotations` (a dict) go on the outermost loop.
     """
     loop_vars, indices = [], []
     for start, extent in zip(region.starts, region.extents):
@@ -26,8 +27,9 @@ def build_parallel_nest(region, body_fn, span=None) -> tirx.Stmt:
     if not loop_vars:  # a single element: still a (trivial) parallel loop so one thread does it
         v = tirx.Var("i0", "int32")
         loop_vars.append((v, tirx.const(1, "int32")))
-    for v, extent in reversed(loop_vars):
-        stmt = tirx.For(v, tirx.const(0, "int32"), extent, tirx.ForKind.PARALLEL, stmt, span=span)
+    for k, (v, extent) in reversed(list(enumerate(loop_vars))):
+        notes = annotations if k == 0 and annotations else None
+        stmt = tirx.For(v, tirx.const(0, "int32"), extent, tirx.ForKind.PARALLEL, stmt, annotations=notes, span=span)
     return stmt
 
 
