@@ -513,7 +513,7 @@ def _writes_memory(stmt) -> bool:
 def lower(loop, layout: fl.Fragment, ctx) -> tirx.Stmt:
     """The per-thread loop of a laid-out T.Parallel nest (fragments remapped by `ctx`)."""
     ana = ctx.analyzer
-    loop_vars, extents, body = split_parallel_nest(loop)
+    loop_vars, extents, nest_body = split_parallel_nest(loop)
     thread = ctx.thread
     vec, size = layout.vector_size, layout.local_size
     if vec > 1 and size % vec == 0:
@@ -530,7 +530,7 @@ def lower(loop, layout: fl.Fragment, ctx) -> tirx.Stmt:
         if n > int(extent):  # a layout over more than the loop (`loop_layout_from`): skip the rest
             valid = ana.simplify(tirx.And(valid, i < extent))
     mapping = {v: ana.simplify(i) for v, i in zip(loop_vars, indices)}
-    body = ctx.remap(fl.substitute(body, mapping))
+    body = ctx.remap(fl.substitute(nest_body, mapping))
     if layout.groups and _writes_memory(body):
         # A replicated loop runs on every holder; only the first one writes shared/global memory.
         first = ana.simplify(tirx.EQ(thread, fl.clear_groups(thread, layout.groups)))
@@ -541,7 +541,7 @@ def lower(loop, layout: fl.Fragment, ctx) -> tirx.Stmt:
     if lane is not None:
         # A vector legal only when some dynamic sizes are multiples of it: otherwise the same
         # iterations, one lane at a time, each with its own guards.
-        dims = vector_guard(loop_vars, extents, split_parallel_nest(loop)[2], ana, vec)
+        dims = vector_guard(loop_vars, extents, nest_body, ana, vec)
         if dims:
             scalar = tirx.For(lane, tirx.const(0, "int32"), tirx.const(vec, "int32"), tirx.ForKind.SERIAL, body)
         body = _uniform_guards(body, lane)
