@@ -48,7 +48,7 @@ from tilelang import intrinsics
 from tilelang.errors import UserError, at_span
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform import barrier_ids
-from tilelang.utils.ir import collect, const_int, is_block_barrier, seq, statements
+from tilelang.utils.ir import collect, const_int, is_block_barrier, is_pure_call, seq, statements
 
 THREAD_BRANCH = "tl.thread_branch"  # one side of a thread branch: node [lo, hi)
 _HIDDEN = "tl.thread_branch_condition"  # a branch whose condition is hidden: node the condition
@@ -179,8 +179,7 @@ def _block_uniform(body):
                 ok[0] = False
 
         def on_call(call):  # a pure call (if_then_else, min, a cast) is as uniform as its arguments
-            effect = call.op.get_attr("TCallEffectKind") if isinstance(call.op, ir.Op) else None
-            if effect is None or int(effect) > tirx.CallEffectKind.Pure.value:
+            if not is_pure_call(call):
                 ok[0] = False
 
         def on_load(ld):

@@ -77,6 +77,13 @@ def collect(node, kind) -> list:
     return out
 
 
+def is_pure_call(call) -> bool:
+    """Whether a call has no side effects (its op's TCallEffectKind is pure or weaker): a condition
+    made of such calls has one value wherever it is evaluated, given the same arguments."""
+    effect = call.op.get_attr("TCallEffectKind") if isinstance(call.op, ir.Op) else None
+    return effect is not None and int(effect) <= tirx.CallEffectKind.Pure.value
+
+
 def is_if_then_else(expr) -> bool:
     """Whether `expr` is a call to if_then_else (TVM 0.27 names the op `prim.if_then_else`)."""
     return isinstance(expr, ir.Call) and getattr(expr.op, "name", "") == "prim.if_then_else"

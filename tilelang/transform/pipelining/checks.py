@@ -20,7 +20,7 @@ from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform.apply_global_layouts import laid_out_global
 from tilelang.transform.common import collect, walk
 from tilelang.transform.infer_layout import ANNOTATED_LAYOUTS
-from tilelang.utils.ir import const_int
+from tilelang.utils.ir import const_int, is_pure_call
 from tilelang.utils.target import arch_of
 
 PRODUCER_THREADS = 128  # one warpgroup: setmaxnreg acts per warpgroup
@@ -86,13 +86,9 @@ def distributable_guard(body, func):
     read = [ld.source for ld in collect(cond, ir.TensorLoad)]
     if any(r.scope() != "global" or any(r.same_as(w) for w in written_anywhere) for r in read):
         return None
-    if any(_IMPURE(getattr(c.op, "name", "")) for c in collect(cond, ir.Call)):
+    if not all(is_pure_call(c) for c in collect(cond, ir.Call)):
         return None
     return cond
-
-
-def _IMPURE(name: str) -> bool:  # noqa: N802 (a predicate on op names)
-    return name.startswith("tl.") or name in ("tirx.call_extern", "tirx.call_packed", "tirx.tvm_call_packed")
 
 
 def tma_only_tiles(body) -> tuple:
