@@ -48,7 +48,8 @@ from tilelang import intrinsics
 from tilelang.errors import UserError, at_span
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform import barrier_ids
-from tilelang.utils.ir import collect, const_int, is_block_barrier, is_pure_call, seq, statements
+from tilelang.transform.common import kernels
+from tilelang.utils.ir import const_int, is_block_barrier, is_pure_call, seq, statements
 
 THREAD_BRANCH = "tl.thread_branch"  # one side of a thread branch: node [lo, hi)
 _HIDDEN = "tl.thread_branch_condition"  # a branch whose condition is hidden: node the condition
@@ -213,23 +214,10 @@ def _block_uniform(body):
         varying_arrays |= bad
 
 
-def _kernel_roots(body) -> list:
-    """The outermost `blockIdx` launch attributes: one per kernel of the function (T.Kernel)."""
-    launches = []
-
-    def on_attr(node):
-        if node.attr_key == "thread_extent" and str(node.node.thread_tag).startswith("blockIdx"):
-            launches.append(node)
-
-    tvm_ffi.structural_walk(body, [(tirx.AttrStmt, on_attr)])
-    nested = [x for b in launches for x in collect(b.body, tirx.AttrStmt)]
-    return [a for a in launches if not any(a.same_as(x) for x in nested)]
-
-
 def expose_thread_branches(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
     """Each kernel of the function on its own: a tensor an earlier kernel wrote is read-only in a
     later one (the launches run in order), so a condition on it is block-uniform there."""
-    roots = _kernel_roots(func.body)
+    roots = kernels(func.body)
     if not roots:
         return func.with_body(_expose_in(func.body, options))
     done = [(root, _expose_in(root, options)) for root in roots]
