@@ -40,7 +40,7 @@ import logging
 from tvm import tirx
 
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
-from tilelang.transform.common import walk
+from tilelang.transform.common import collect
 from tilelang.transform.pipelining import checks, schedule
 from tilelang.utils.target import has_tma
 
@@ -74,14 +74,7 @@ def _form(loop, plan, kernel, stages: int) -> tuple:
 
 def _nested_loads(body) -> bool:
     """Whether `body` has a global-to-shared tile copy below its top level."""
-    found = []
-
-    def on_eval(stmt):
-        if checks.load_of(stmt) is not None:
-            found.append(stmt)
-
-    walk(body, [(tirx.Evaluate, on_eval)])
-    return bool(found)
+    return any(checks.load_of(stmt) is not None for stmt in collect(body, tirx.Evaluate))
 
 
 def plan_pipelines(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTIONS) -> tirx.PrimFunc:
