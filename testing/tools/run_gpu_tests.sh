@@ -2,15 +2,18 @@
 # The GPU tests (`-m gpu`) on the GPU machine, one pytest process per test file, P files at once; a
 # summary line per file, then the totals and the first errors of each failing file.
 #   bash testing/tools/run_gpu_tests.sh [P] [path ...]      (default: 6 files at once, testing examples)
+# Logs go to $GPULOGS (default /tmp/gpulogs; point it under $OUT to bring them back): live.txt gets a line
+# as each file finishes, so a run cut off by a time limit still says how far it got.
 P=${1:-6}; shift
 paths=${*:-testing examples}
 export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/gputest-cache} PYTHONUNBUFFERED=1
-logs=/tmp/gpulogs; rm -rf $logs; mkdir -p $logs
+export GPULOGS=${GPULOGS:-/tmp/gpulogs}
+logs=$GPULOGS; rm -rf $logs; mkdir -p $logs
 files=$(grep -rlE "mark\.gpu|pytestmark" --include='test_*.py' $paths | sort)
 one() {
   f=$1; n=$(echo "$f" | tr / _)
-  timeout -k 5 500 python -m pytest -q -m gpu -p no:cacheprovider -rfE "$f" > "/tmp/gpulogs/$n.log" 2>&1
-  echo "$f: $(grep -E 'passed|failed|error|no tests' "/tmp/gpulogs/$n.log" | tail -1)"
+  timeout -k 5 500 python -m pytest -q -m gpu -p no:cacheprovider -rfE "$f" > "$GPULOGS/$n.log" 2>&1
+  echo "$f: $(grep -E 'passed|failed|error|no tests' "$GPULOGS/$n.log" | tail -1)" | tee -a "$GPULOGS/live.txt"
 }
 export -f one
 echo "$files" | xargs -P "$P" -I{} bash -c 'one {}' | sort > $logs/summary
