@@ -52,6 +52,16 @@ def ref_linear(A, packed, scales, zeros=None):
     return A.float() @ dequantize(packed, scales, zeros).T
 
 
+def check_linear(C, A, packed, scales, zeros=None):
+    """C against ref_linear. Weights are ~N(0, 1) after dequantization, so C is ~sqrt(K) in size and
+    fp16's rounding of each dequantized weight before the mma (large M) errs by ~3e-4 * sqrt(K) in C,
+    up to ~5 sigma over a million outputs: atol 2e-3 * sqrt(K) (0.13 at K = 4096). A wrong tile or
+    group is off by ~sqrt(K)."""
+    K = A.shape[-1]
+    want = ref_linear(A, packed, scales, zeros).half()
+    torch.testing.assert_close(C, want, rtol=1e-2, atol=2e-3 * K**0.5)
+
+
 def torch_dequant_linear(A, packed, scales, zeros=None):
     """What torch alone does for a quantized layer: dequantize W to fp16 (a full [N, K] tensor in
     memory), then one fp16 matmul. The benchmark's baseline."""
