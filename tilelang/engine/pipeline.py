@@ -31,7 +31,6 @@ from tilelang.transform.common import collect
 from tilelang.transform.consumer_barriers import consumer_barriers
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.expose_dynamic_multiples import expose_dynamic_multiples
-from tilelang.transform.expose_to_merge import expose_to_merge, restore_after_merge
 from tilelang.transform.fold_accumulator_clear import fold_accumulator_clear
 from tilelang.transform.fold_tile_extents import fold_tile_extents
 from tilelang.transform.hoist_allocations import hoist_allocations
@@ -41,6 +40,7 @@ from tilelang.transform.keep_nan_checks import keep_nan_checks
 from tilelang.transform.inject_cp_async_pipelines import inject_cp_async_pipelines
 from tilelang.transform.inject_tma_pipelines import inject_tma_pipelines
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
+from tilelang.transform.merge_shared_tiles import merge_shared_tiles
 from tilelang.transform.lower_blocks_for_cpu import lower_blocks_for_cpu
 from tilelang.transform.lower_tile_ops import lower_tile_ops
 from tilelang.transform.lower_tile_ops_for_cpu import lower_tile_ops_for_cpu
@@ -181,15 +181,8 @@ def _tvm_passes(options: CompileOptions, target):
         # Hopper: each tile a whole number of 1024-byte blocks, so packing keeps TMA destinations
         # and swizzled wgmma operands aligned.
         *([("align_shared_tiles", _apply_to_funcs(align_shared_tiles))] if hopper else []),
-        # One dynamic shared-memory block per kernel; the launcher raises the limit past 48 KB.
-        # Tiles whose lifetimes do not overlap may share bytes, so this comes before the barriers.
-        # Around it, what its liveness walk misreads is made plain to it: a binding that reads
-        # memory, a statement touching two tiles (which must not share bytes), tiles of 32 bits.
-        ("expose_to_merge", _apply_to_funcs(expose_to_merge)),
-        ("merge_shared_memory", s_tir.transform.MergeSharedMemoryAllocations()),
-        ("restore_after_merge", _apply_to_funcs(restore_after_merge)),
-        # Barriers go in once all shared-memory accesses are explicit loads and stores of the merged
-        # block, so a tile reusing another's bytes waits for that tile's last readers.
+        # Barriers go in while each tile is a buffer of its own: TVM's barrier insertion then sees that
+        # a loop reading one tile and writing another has no conflict across its iterations.
         # Reads of shared memory in an `if` condition or a loop bound, which TVM's barrier
         # insertion does not expect, are bound just before their statement.
         *([("hoist_shared_reads", _apply_to_funcs(hoist_shared_reads))] if syncs else []),
@@ -212,6 +205,10 @@ def _tvm_passes(options: CompileOptions, target):
             else []
         ),
         ("restore_thread_branches", _apply_to_funcs(restore_thread_branches)),
+        # One dynamic shared-memory block per kernel (the launcher raises the limit past 48 KB): tiles
+        # whose lifetimes do not overlap share bytes, with a block barrier between the old tile's last
+        # use and the new one's first where there is none yet.
+        ("merge_shared_tiles", _apply_to_funcs(merge_shared_tiles)),
         # Barriers inside a warp-specialized kernel's consumer branch wait for the consumers only.
         ("consumer_barriers", consumer_barriers()),
         # Each T.Kernel becomes a __global__ function; the host function launches them in order.
@@ -303,7 +300,7 @@ def _lower(func: tirx.PrimFunc, target, options: CompileOptions, name: str) -> L
             mod = _run_pass(pass_name, p, mod, dump_dir)
             if dump_dir:
                 _dump(dump_dir, k, pass_name, mod)
-            if pass_name == "restore_after_merge":
+            if pass_name == "merge_shared_tiles":
                 # The merged block is each kernel's real shared-memory need: check it against the target
                 # (once the merge's marks are gone: the descriptor check reads the pointers as they are).
                 try:

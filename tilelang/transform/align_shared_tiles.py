@@ -1,17 +1,16 @@
 """Pass `align_shared_tiles`: on sm_90a, every dynamic shared-memory tile takes a whole number of
 1024-byte blocks.
 
-`merge_shared_memory` packs a kernel's tiles one after another into its 1024-byte aligned block, at
-offsets that are sums of the sizes before them. With every size a multiple of 1024 bytes, every tile
-starts 1024-byte aligned: a TMA load's destination must be 128-byte aligned, and the 128-byte
-swizzle repeats every 1024 bytes, which the shared layouts (and wgmma's descriptors) assume a tile
-starts at.
+`merge_shared_tiles` places a tile whose size is a multiple of 1024 bytes on a 1024-byte boundary of
+its kernel's block. With every size such a multiple, every tile starts 1024-byte aligned: a TMA
+load's destination must be 128-byte aligned, and the 128-byte swizzle repeats every 1024 bytes,
+which the shared layouts (and wgmma's descriptors) assume a tile starts at.
 
 Before:  r = T.alloc_shared((16,), "float32")          # 64 bytes
 After:   r = T.alloc_shared((256,), "float32")         # 1024 bytes; r[0:16] used
 
 Requires: a target with TMA (`has_tma`: the pass list runs it only there); flat buffers
-(`flatten_buffer`), before `merge_shared_memory`. Guarantees: every `shared.dyn` allocation is a
+(`flatten_buffer`), before `merge_shared_tiles`. Guarantees: every `shared.dyn` allocation is a
 multiple of 1024 bytes.
 """
 

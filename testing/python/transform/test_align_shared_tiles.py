@@ -13,7 +13,7 @@ def _two_tiles():
     def main(A: T.Tensor((64, 200), "float32"), Init: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
         with T.Kernel(4, threads=128) as bx:
             x = T.alloc_shared((16, 200), "float32")  # 12800 bytes
-            r = T.alloc_shared((16,), "float32")  # 64 bytes, placed first
+            r = T.alloc_shared((16,), "float32")  # 64 bytes, placed after x (tiles go largest first)
             T.copy(A[bx * 16, 0], x)
             T.copy(Init[bx * 16], r)
             T.reduce_max(x, r, dim=1, clear=True)
@@ -26,7 +26,7 @@ def test_tma_destinations_start_on_1024_bytes():
     k = tilelang.compile(_two_tiles(), out_idx=[-1], target="sm_90a")
     src = k.get_kernel_source()
     offsets = [int(o) for o in re.findall(r"tl::tma_load\([^;]*\(\(float\*\)buf_dyn_shmem_ptr\)\[(\d+)\]", src)]
-    assert sorted(offsets) == [0, 256]  # floats: r at byte 0 (grown to 1024 bytes), x at byte 1024
+    assert sorted(offsets) == [0, 3328]  # floats: x at byte 0 (grown to 13 KiB), r at byte 13312
     # Each one-off copy waits on its own barrier of one array (separate ones could share bytes).
     assert "uint64_t tma_bars_ptr[2];" in src
     assert "tl::mbarrier_wait((&(tma_bars_ptr[0])), 0);" in src and "tl::mbarrier_wait((&(tma_bars_ptr[1])), 0);" in src
@@ -35,4 +35,4 @@ def test_tma_destinations_start_on_1024_bytes():
 
 def test_other_targets_pack_tiles_as_they_are():
     src = tilelang.compile(_two_tiles(), out_idx=[-1], target="sm_80").get_kernel_source()
-    assert "buf_dyn_shmem_ptr)[(((((int)threadIdx.x) * 200) + k) + 16)]" in src  # x right after r's 64 bytes
+    assert "buf_dyn_shmem_ptr)[(((int)threadIdx.x) + 3200)]" in src  # r right after x's 12800 bytes

@@ -1,7 +1,8 @@
 """Two gemms reading one shared tile (test_select_gemm_instructions.py's kernel: a 128-row gemm and
 a 32-row one, as an attention backward's S = K Q^T and dQ = dS^T K) compute the right numbers on the
-GPU: they read the tile in the one layout it is stored in (the mma.sync gemm in the wgmma panels). (On the H200 this was a wrong answer
-until expose_to_merge made the shared-memory merge see TMA destinations: Q_s and dS_s shared bytes.)"""
+GPU: they read the tile in the one layout it is stored in (the mma.sync gemm in the wgmma panels).
+(On the H200 this was a wrong answer until the shared-memory merge counted TMA destinations as uses:
+Q_s and dS_s shared bytes.)"""
 
 import pytest
 import torch

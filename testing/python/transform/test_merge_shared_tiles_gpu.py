@@ -1,11 +1,11 @@
-"""The kernels of test_expose_to_merge.py on the GPU: a binding of a T.alloc_var at the kernel's top,
+"""The kernels of test_merge_shared_tiles.py on the GPU: a binding of a T.alloc_var at the kernel's top,
 a statement reading one tile while writing another (which must not share its bytes), a one-element
 count merged beside a tile, and a tile loaded by TMA before a loop and read after it (the attention
 sink of the public DeepSeek-V4 sparse attention, which the reduce workspace used to overwrite)."""
 
 import pytest
 import torch
-from test_expose_to_merge import count_beside_a_tile, group_offset_then_tiles, sink_after_loop
+from test_merge_shared_tiles import count_beside_a_tile, group_offset_then_tiles, sink_after_loop
 
 import tilelang
 
