@@ -34,6 +34,7 @@ from tilelang.transform.expose_dynamic_multiples import expose_dynamic_multiples
 from tilelang.transform.fold_accumulator_clear import fold_accumulator_clear
 from tilelang.transform.fold_tile_extents import fold_tile_extents
 from tilelang.transform.hoist_allocations import hoist_allocations
+from tilelang.transform.hoist_loop_barriers import hoist_loop_barriers
 from tilelang.transform.hoist_shared_reads import hoist_shared_reads
 from tilelang.transform.infer_layout import infer_layout
 from tilelang.transform.keep_nan_checks import keep_nan_checks
@@ -200,6 +201,9 @@ def _tvm_passes(options: CompileOptions, target):
                 ("thread_sync_shared", thread_sync("shared")),
                 ("thread_sync_shared_dyn", thread_sync("shared.dyn")),
                 ("restore_shared_atomics", _apply_to_funcs(restore_shared_atomics)),
+                # A barrier TVM put first in a loop that carries nothing through shared memory goes
+                # before the loop: once, not once per iteration.
+                ("hoist_loop_barriers", _apply_to_funcs(hoist_loop_barriers)),
             ]
             if syncs
             else []
