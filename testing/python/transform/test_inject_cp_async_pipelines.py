@@ -297,6 +297,65 @@ def test_a_body_under_one_condition_pipelines_each_statement_under_it():
     assert sorted(set(_copies(after))) == [("A_s", 1), ("B_s", 1), ("C", 0)]
 
 
+def _mask_then_gemm(same_kernel: bool):
+    """A kernel filling the mask, then the block-sparse GEMM reading it: in a second kernel (the mask
+    is fixed while the GEMM runs), or in the same one (where the guard is left whole)."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((128, 256), "float16"),
+        B: T.Tensor((256, 128), "float16"),
+        mask: T.Tensor((8,), "bool"),
+        C: T.Tensor((128, 128), "float32"),
+    ):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((128, 32), "float16")
+            B_s = T.alloc_shared((32, 128), "float16")
+            C_f = T.alloc_fragment((128, 128), "float32")
+            if same_kernel:
+                for i in T.Parallel(8):
+                    mask[i] = A[0, i] > 0
+            T.clear(C_f)
+            for k in T.Pipelined(8, num_stages=2):
+                if mask[k]:
+                    T.copy(A[0, k * 32], A_s)
+                    T.copy(B[k * 32, 0], B_s)
+                    T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C)
+
+    if same_kernel:
+        return main
+
+    @T.prim_func
+    def two_kernels(
+        A: T.Tensor((128, 256), "float16"),
+        B: T.Tensor((256, 128), "float16"),
+        mask: T.Tensor((8,), "bool"),
+        C: T.Tensor((128, 128), "float32"),
+    ):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(8):
+                mask[i] = A[0, i] > 0
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((128, 32), "float16")
+            B_s = T.alloc_shared((32, 128), "float16")
+            C_f = T.alloc_fragment((128, 128), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(8, num_stages=2):
+                if mask[k]:
+                    T.copy(A[0, k * 32], A_s)
+                    T.copy(B[k * 32, 0], B_s)
+                    T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C)
+
+    return two_kernels
+
+
+def test_a_mask_an_earlier_kernel_wrote_is_distributed_one_the_same_kernel_writes_is_not():
+    assert _allocs(pipeline_loops(_mask_then_gemm(same_kernel=False)))["A_s"] == [2, 128, 32]
+    assert _allocs(pipeline_loops(_mask_then_gemm(same_kernel=True)))["A_s"] == [128, 32]
+
+
 def test_a_condition_reading_shared_memory_is_left_whole():
     after = pipeline_loops(block_sparse_gemm(stages=3, guard_reads_shared=True))
     assert _allocs(after)["A_s"] == [128, 32] and not _externs(after)  # (no producers: a plain loop)

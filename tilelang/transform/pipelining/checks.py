@@ -18,7 +18,7 @@ from tilelang.layout.layout import shared_layout_from_ir
 from tilelang.op import base, tma
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform.apply_global_layouts import laid_out_global
-from tilelang.transform.common import collect, walk
+from tilelang.transform.common import collect, kernels, walk
 from tilelang.transform.infer_layout import ANNOTATED_LAYOUTS
 from tilelang.utils.ir import const_int, is_pure_call
 from tilelang.utils.target import arch_of
@@ -71,16 +71,19 @@ def written(stmt) -> list:
     return out
 
 
-def distributable_guard(body, func):
+def distributable_guard(loop, func):
     """The condition of a loop body that is one `if c:` (no else) around several statements, when c
     may be evaluated before each of them instead of once: it reads only global tensors that nothing
-    in the kernel `func` writes (then it is the same for every thread and at every moment), and
-    calls nothing that may have side effects. Else None."""
-    cond, inner = unguarded(body)
+    in the loop's kernel writes (then it is the same for every thread and at every moment: a table
+    an earlier kernel of `func` filled counts), and calls nothing that may have side effects. Else
+    None."""
+    cond, inner = unguarded(loop.body)
     if cond is None or not isinstance(inner, tirx.SeqStmt):
         return None
-    written_anywhere = [st.buffer for st in collect(func.body, tirx.BufferStore)]
-    for ev in collect(func.body, tirx.Evaluate):
+    around = [k for k in kernels(func.body) if any(f.loop_var.same_as(loop.loop_var) for f in collect(k, tirx.For))]
+    scope = around[0] if around else func.body
+    written_anywhere = [st.buffer for st in collect(scope, tirx.BufferStore)]
+    for ev in collect(scope, tirx.Evaluate):
         op = base.parse(ev)
         written_anywhere += (op.writes() or []) if op is not None else []
     read = [ld.source for ld in collect(cond, ir.TensorLoad)]

@@ -42,9 +42,9 @@ def _statements(body):
 def distribute_guard(loop, func):
     """`loop` with a body that is one `if c:` (a block-sparse GEMM's `if mask[k]:`) written as its
     statements each under `if c:`, so that its copies are producers like any other (issued ahead
-    under the condition of their own iteration), when c reads only tensors nothing in the kernel
-    writes (`checks.distributable_guard`); else `loop` itself."""
-    guard = checks.distributable_guard(loop.body, func)
+    under the condition of their own iteration), when c reads only tensors nothing in the loop's
+    kernel writes (`checks.distributable_guard`); else `loop` itself."""
+    guard = checks.distributable_guard(loop, func)
     if guard is None:
         return loop
     body = tirx.SeqStmt([tirx.IfThenElse(guard, st, None, span=st.span) for st in _statements(loop.body.then_case)])
