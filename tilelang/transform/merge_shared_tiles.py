@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import tvm
 import tvm_ffi
 from tvm import ir, tirx
 
@@ -70,18 +71,19 @@ class Placement:
     last: int
 
 
-def _elem_bytes(dtype) -> int:
-    return max(dtype_bits(str(dtype)) // 8, 1)
+def _elem_bits(dtype) -> int:
+    """Bits of one element, vector lanes included (a tile vectorized to float32x4 has 128-bit elements)."""
+    return dtype_bits(str(dtype)) * tvm.DataType(str(dtype)).lanes
 
 
 def _size(tile) -> int:
     if len(tile.shape) != 1 or const_int(tile.shape[0]) is None:
         raise CompilerError(f"merge_shared_tiles: tile '{tile.name}' is not flat with a constant size: {tile.shape}")
-    return const_int(tile.shape[0]) * _elem_bytes(tile.dtype)
+    return -(-const_int(tile.shape[0]) * _elem_bits(tile.dtype) // 8)
 
 
 def _alignment(tile, size: int) -> int:
-    align = max(_MIN_ALIGN, int(tile.data_alignment), _elem_bytes(tile.dtype))
+    align = max(_MIN_ALIGN, int(tile.data_alignment), _elem_bits(tile.dtype) // 8)
     return max(align, _BLOCK) if size % _BLOCK == 0 else align
 
 
@@ -209,9 +211,9 @@ def _merge_kernel(kernel, reuse: bool):
 
     def elems(buf, dtype) -> int:
         offset = moved[buf][1]
-        if offset % _elem_bytes(dtype):
+        if offset * 8 % _elem_bits(dtype):
             raise CompilerError(f"merge_shared_tiles: '{buf.name}' at byte {offset}, not a multiple of {dtype}")
-        return offset // _elem_bytes(dtype)
+        return offset * 8 // _elem_bits(dtype)
 
     def on_load(ld):
         if ld.source not in moved:

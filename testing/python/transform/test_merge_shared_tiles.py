@@ -116,6 +116,26 @@ def test_a_barrier_already_between_two_tiles_sharing_bytes_serves():
 
 
 @T.prim_func
+def vector_tile(A: T.Buffer((1024,), "float32")):
+    _bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 256)
+    S = T.alloc_buffer((1024,), "float32", scope="shared.dyn")
+    V = T.alloc_buffer((256,), "float32x4", scope="shared.dyn")  # as the vectorizer leaves a tile
+    S[tx] = A[tx]
+    V[tx] = T.Broadcast(S[255 - tx], 4)  # S and V both live here
+    A[tx * 4 : tx * 4 + 4] = V[tx]
+
+
+def test_a_tile_of_vectors_is_counted_in_its_lanes():
+    # 256 float32x4 = 4 KiB, beside S's 4 KiB; its offset in whole vectors (the bug: 4-byte elements).
+    placements = _placements(vector_tile)
+    assert placements["V"].size == 4096 and _apart(placements, "S", "V")
+    after = merge_shared_tiles(vector_tile).script()
+    assert 'T.alloc_buffer((8192,), "uint8"' in after
+    assert re.search(r"V(_1)?\[tx \+ 256\]", after)  # V after S's 4 KiB: 256 vectors in
+
+
+@T.prim_func
 def reused_then_beside(A: T.Buffer((64,), "float32"), B: T.Buffer((128,), "float32")):
     """TVM's planner put X and Y at the same offset: F freed after one statement, X then took F's bytes
     as a second layer of F's entry, and when X's entry and Y's were merged for Z, the layers were laid
