@@ -351,7 +351,7 @@ def _mask_then_gemm(same_kernel: bool):
     return two_kernels
 
 
-def test_a_mask_an_earlier_kernel_wrote_is_distributed_one_the_same_kernel_writes_is_not():
+def test_a_guard_on_a_mask_an_earlier_kernel_wrote_is_distributed_not_one_on_a_mask_its_own_kernel_writes():
     assert _allocs(pipeline_loops(_mask_then_gemm(same_kernel=False)))["A_s"] == [2, 128, 32]
     assert _allocs(pipeline_loops(_mask_then_gemm(same_kernel=True)))["A_s"] == [128, 32]
 
