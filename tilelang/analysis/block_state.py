@@ -24,6 +24,11 @@ class ProtocolError(Exception):
     exit, a race on shared memory), or did something the interpreter cannot follow."""
 
 
+class DataDependent(ProtocolError):
+    """The kernel's control flow depends on values read from memory (a loop running as many times as
+    a tensor says): one block cannot be run without them, so the kernel is not checked."""
+
+
 class BlockState:
     """The synchronization state of one thread block (of a cluster of one or two).
 

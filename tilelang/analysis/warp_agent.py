@@ -27,7 +27,7 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import ir, tirx
 
-from tilelang.analysis.block_state import ProtocolError, access, clock_of, join, tick
+from tilelang.analysis.block_state import DataDependent, ProtocolError, access, clock_of, join, tick
 from tilelang.analysis.block_values import barrier_key, device_call, is_shared, lanes, register, shared_at, value
 from tilelang.transform import barrier_ids
 from tilelang.utils.ir import is_block_barrier
@@ -47,7 +47,10 @@ def run_warp(stmt, env, block, tx, consumed):
                 env["tx_var"] = iv.var
         yield from run_warp(stmt.body, env, block, tx, consumed)
     elif isinstance(stmt, tirx.For):
-        lo, extent = value(stmt.min, env), value(stmt.extent, env)
+        try:
+            lo, extent = value(stmt.min, env), value(stmt.extent, env)
+        except ProtocolError as err:  # (sizes and indices are known: what is not was read from memory)
+            raise DataDependent(f"loop '{stmt.loop_var.name}' runs a count read from memory ({err})") from err
         for v in range(lo, lo + extent):
             env[stmt.loop_var] = tirx.const(v, "int32")
             yield from run_warp(stmt.body, env, block, tx, consumed)
