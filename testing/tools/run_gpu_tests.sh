@@ -3,7 +3,8 @@
 # summary line per file, then the totals and the first errors of each failing file.
 #   bash testing/tools/run_gpu_tests.sh [P] [path ...]      (default: 6 files at once, testing examples)
 # Logs go to $GPULOGS (default /tmp/gpulogs; point it under $OUT to bring them back): live.txt gets a line
-# as each file finishes, so a run cut off by a time limit still says how far it got.
+# and on stdout as each file finishes, so a run cut off by a time limit still says how far it got
+# (do not pipe it through `tail`, which prints only at the end).
 P=${1:-6}; shift
 paths=${*:-testing examples}
 export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/gputest-cache} PYTHONUNBUFFERED=1
@@ -16,7 +17,9 @@ one() {
   echo "$f: $(grep -E 'passed|failed|error|no tests' "$GPULOGS/$n.log" | tail -1)" | tee -a "$GPULOGS/live.txt"
 }
 export -f one
-echo "$files" | xargs -P "$P" -I{} bash -c 'one {}' | sort > $logs/summary
+echo "$files" | xargs -P "$P" -I{} bash -c 'one {}'
+echo "== summary"
+sort $logs/live.txt > $logs/summary
 grep -v " passed\| deselected" $logs/summary | grep -v "^$"
 count() { grep -oE "[0-9]+ $1" $logs/summary | awk '{s+=$1} END {print s+0}'; }
 echo "files: $(wc -l < $logs/summary); passed: $(count passed); failed: $(count failed)"
