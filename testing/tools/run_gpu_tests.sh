@@ -2,8 +2,8 @@
 # The GPU tests (`-m gpu`) on the GPU machine, one pytest process per test file, P files at once; a
 # summary line per file, then the totals and the first errors of each failing file.
 #   bash testing/tools/run_gpu_tests.sh [P] [path ...]      (default: 6 files at once, testing examples)
-# Logs go to $GPULOGS (default /tmp/gpulogs; point it under $OUT to bring them back): live.txt gets a line
-# and on stdout as each file finishes, so a run cut off by a time limit still says how far it got
+# Logs go to $GPULOGS (default /tmp/gpulogs; point it under $OUT to bring them back). Each file gets a line,
+# in live.txt and on stdout, as it finishes, so a run cut off by a time limit still says how far it got
 # (do not pipe it through `tail`, which prints only at the end).
 P=${1:-6}; shift
 paths=${*:-testing examples}
