@@ -178,7 +178,7 @@ _HINTS = {
     "tl.enable_lower_ldgstg": "global loads and stores stay plain C++ accesses",
     "tl.enable_lower_ldgstg_predicated": "global loads and stores stay plain C++ accesses",
     "tl.enable_vectorize_planner_verbose": "there is no verbose vectorization report",
-    "tl.debug_merge_shared_memory_allocations": "shared-memory merging has no debug output",
+    "tl.debug_merge_shared_memory_allocations": "each shared block's layout is logged at DEBUG level",
     "tl.enable_aggressive_shared_memory_merge": "shared tiles always share bytes where their lifetimes allow",
     "tl.disable_shared_memory_reuse": "shared tiles share bytes where their lifetimes allow (merge_shared_tiles)",
     "tl.disable_shuffle_elect": "leader election is chosen by the compiler",

@@ -5,7 +5,7 @@ The hardware applies the swizzle to absolute shared-memory address bits while ti
 out relative to its start (`gmma_panels`); the two agree only on such a boundary. Runs after the
 shared tiles are merged into one block, when each tile's offset is known.
 
-Requires: `MergeSharedMemoryAllocations`. Guarantees: IR unchanged; a CompilerError naming the gemm
+Requires: `merge_shared_tiles`. Guarantees: IR unchanged; a CompilerError naming the gemm
 and the way out (`tl.disable_wgmma`) when an offset is not provably aligned.
 """
 

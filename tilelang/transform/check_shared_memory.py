@@ -5,7 +5,7 @@ do not overlap count once). Over the limit, the error lists the kernel's shared 
 shapes, sizes and the lines that allocate them, so the user sees which tile to shrink (fewer
 stages, smaller blocks).
 
-Requires: `MergeSharedMemoryAllocations`. Guarantees: IR unchanged; a UserError when a kernel does not fit.
+Requires: `merge_shared_tiles`. Guarantees: IR unchanged; a UserError when a kernel does not fit.
 """
 
 from __future__ import annotations

@@ -36,14 +36,17 @@ After:   buf_dyn_shmem = T.alloc_buffer((16384,), "uint8", scope="shared.dyn")
          B_s = T.decl_buffer((4096,), "float16", data=buf_dyn_shmem.data, scope="shared.dyn")
          ... A_s[i] ... B_s[j + 4096] ... T.tvm_access_ptr(T.type_annotation("float16"), B_s, 4096, 4096, 1)
 
-Requires: flat buffers (`flatten_buffer`); tiles of constant size; barriers inserted. Guarantees: each kernel with two or
-more dynamic shared tiles allocates one `uint8` block, every access to a tile (load, store,
-`tvm_access_ptr`) goes through the tile's view of it with the tile's offset added, and no two tiles
-live at one statement share a byte.
+The layout of each block is logged at DEBUG (`TILELANG_LOG_LEVEL=DEBUG`).
+
+Requires: flat buffers (`flatten_buffer`); tiles of constant size; barriers inserted. Guarantees:
+each kernel with two or more dynamic shared tiles allocates one `uint8` block, every access to a
+tile (load, store, `tvm_access_ptr`) goes through the tile's view of it with the tile's offset
+added, and no two tiles live at one statement share a byte.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import tvm
@@ -54,6 +57,8 @@ from tilelang.dtypes import bits as dtype_bits
 from tilelang.errors import CompilerError
 from tilelang.transform.common import kernels
 from tilelang.utils.ir import collect, const_int, is_block_barrier, seq
+
+logger = logging.getLogger("tilelang")
 
 SCOPE = "shared.dyn"
 _ACCESS_PTR = "tirx.tvm_access_ptr"
@@ -195,6 +200,12 @@ def _merge_kernel(kernel, reuse: bool):
     total = max((p.offset + p.size for p in placement.values()), default=0)
     block = tirx.decl_buffer((max(total, 1),), "uint8", "buf_dyn_shmem", scope=SCOPE)
     needed = _reuse_barriers(_top_statements(kernel.body, []), placement)
+    logger.debug(
+        "shared block of %d bytes: %s; reuse barriers before statements %s",
+        total,
+        ", ".join(f"{t.name} [{p.offset}, {p.offset + p.size}) live {p.first}..{p.last}" for t, p in placement.items()),
+        sorted(needed),
+    )
     start = _with_barriers(kernel.body, needed, [0]) if needed else kernel.body
 
     def view(buf):

@@ -326,3 +326,10 @@ def test_the_sink_tile_and_the_reduce_workspace_do_not_share_bytes():
     for index in workspace:
         assert not _bytes(index, 4) & sink, index
 
+
+
+def test_the_layout_is_logged_at_debug(caplog):
+    with caplog.at_level("DEBUG", logger="tilelang"):
+        merge_shared_tiles(one_after_another)
+    assert "shared block of 1024 bytes: R [0, 1024) live 2..3, S [0, 512) live 0..1" in caplog.text
+    assert "reuse barriers before statements [2]" in caplog.text
