@@ -1,5 +1,5 @@
 """Pass `hoist_loop_barriers`: a block barrier that TVM's barrier insertion put first in a serial
-loop's body moves before the loop when the loop carries nothing between threads through shared
+(or unrolled) loop's body moves before the loop when the loop carries nothing between threads through shared
 memory.
 
 TVM puts the barrier that orders a loop after earlier writes (a copy filling `A_s`, then a
@@ -64,7 +64,7 @@ def _flat(stmt) -> list:
 
 def hoist_loop_barriers(func: tirx.PrimFunc) -> tirx.PrimFunc:
     def on_for(loop):
-        if loop.kind != tirx.ForKind.SERIAL:
+        if loop.kind not in (tirx.ForKind.SERIAL, tirx.ForKind.UNROLLED):
             return loop
         stmts = _flat(loop.body)
         if len(stmts) < 2 or not is_block_barrier(stmts[0]) or not _carries_nothing(seq(stmts[1:])):

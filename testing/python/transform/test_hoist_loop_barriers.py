@@ -5,6 +5,8 @@ it."""
 
 import re
 
+import tvm_ffi
+from tvm import tirx
 from tvm.script import tirx as T
 
 import tilelang
@@ -54,6 +56,17 @@ def through_a_pointer(A: T.Buffer((128,), "float32")):
         T.tvm_storage_sync("shared.dyn")
         R[tx] = S[(tx + r) % 128]
         T.call_extern("void", "load_async", T.address_of(S[0]), A.data)  # writes S, say
+
+
+def test_an_unrolled_loop_too():
+    unrolled = transpose_loop.with_body(
+        tvm_ffi.structural_map(
+            transpose_loop.body,
+            [(tirx.For, lambda f: tirx.For(f.loop_var, f.min, f.extent, tirx.ForKind.UNROLLED, f.body))],
+        )
+    )
+    after = hoist_loop_barriers(unrolled).script()
+    assert re.search(r'T.tvm_storage_sync\("shared.dyn".*\n\s*for r in T.unroll\(32\):\n\s*B_s\[', after)
 
 
 def test_loops_carrying_a_tile_keep_their_barrier():

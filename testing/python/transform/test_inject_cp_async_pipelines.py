@@ -279,7 +279,7 @@ def block_sparse_gemm(stages=2, K=256, guard_reads_shared=False):
             T.clear(C_f)
             flag[0] = True
             for k in T.Pipelined(K // 32, num_stages=stages):
-                if (flag[0] if guard_reads_shared else mask[k]):
+                if flag[0] if guard_reads_shared else mask[k]:
                     T.copy(A[0, k * 32], A_s)
                     T.copy(B[k * 32, 0], B_s)
                     T.gemm(A_s, B_s, C_f)

@@ -327,7 +327,6 @@ def test_the_sink_tile_and_the_reduce_workspace_do_not_share_bytes():
         assert not _bytes(index, 4) & sink, index
 
 
-
 def test_the_layout_is_logged_at_debug(caplog):
     with caplog.at_level("DEBUG", logger="tilelang"):
         merge_shared_tiles(one_after_another)
