@@ -3,7 +3,9 @@ one block (`buf_dyn_shmem`), tiles whose lifetimes do not overlap sharing bytes.
 
 Lifetimes are counted in the statements of the kernel's top level, in program order: a loop, an `if`
 or a `while` is one statement (a tile used anywhere in a loop is live through all of it), while the
-statements under an attribute or in a sequence are each their own. A tile is live from the first
+statements under an attribute or in a sequence are each their own. The producer and consumer sides
+of a warp-specialized kernel (in sequence until `consumer_barriers` makes them one branch) run at
+the same time: they count as one statement. A tile is live from the first
 statement that names it to the last, both included; two tiles may share bytes only when one's last
 statement comes before the other's first. A statement naming two tiles (`R[tx] = S[127 - tx]`) thus
 keeps them apart. A tile is named by a load or store, a pointer into it (`address_of(S[i])`, how a
@@ -92,16 +94,35 @@ def _alignment(tile, size: int) -> int:
     return max(align, _BLOCK) if size % _BLOCK == 0 else align
 
 
+_ROLES = ("tl.ws_producer_branch", "tl.ws_consumer_branch")  # warp_specialize's two sides, in sequence
+
+
+def _is_role(stmt) -> bool:
+    return isinstance(stmt, tirx.AttrStmt) and stmt.attr_key in _ROLES
+
+
 def _top_statements(stmt, out: list) -> list:
-    """The kernel's statements in program order: sequences and attributes opened, allocations skipped."""
+    """The kernel's statements in program order: sequences and attributes opened (but for the two
+    sides of a warp-specialized kernel, each one statement), allocations skipped."""
     if isinstance(stmt, tirx.SeqStmt):
         for s in stmt.seq:
             _top_statements(s, out)
-    elif isinstance(stmt, tirx.AttrStmt):
+    elif isinstance(stmt, tirx.AttrStmt) and not _is_role(stmt):
         _top_statements(stmt.body, out)
     elif not isinstance(stmt, tirx.AllocBuffer):
         out.append(stmt)
     return out
+
+
+def _steps(entries) -> list:
+    """The step of each top-level statement: its index, except that the producer and consumer sides
+    of a warp-specialized kernel, which stand in sequence until `consumer_barriers` makes them the
+    two sides of one branch, run at the same time: they share a step."""
+    steps = []
+    for k, stmt in enumerate(entries):
+        together = k > 0 and _is_role(stmt) and _is_role(entries[k - 1])
+        steps.append(steps[-1] if together else len(steps) and steps[-1] + 1)
+    return steps
 
 
 def _owners(kernel, tiles) -> dict:
@@ -131,7 +152,8 @@ def plan(kernel, tiles, reuse: bool = True) -> dict:
     Tiles no statement names are left out. With `reuse` off every tile gets bytes of its own."""
     owners = _owners(kernel, tiles)
     live = {}
-    for k, stmt in enumerate(_top_statements(kernel.body, [])):
+    entries = _top_statements(kernel.body, [])
+    for k, stmt in zip(_steps(entries), entries):
         for v in collect(stmt, ir.Var):
             for t in owners.get(v, ()):
                 first, _ = live.get(t, (k, k))
@@ -153,7 +175,7 @@ def plan(kernel, tiles, reuse: bool = True) -> dict:
 
 
 def _reuse_barriers(entries, placement) -> set:
-    """Indices of the statements that need a block barrier before them: where a tile takes bytes
+    """Steps (`_steps`) of the statements that need a block barrier before them: where a tile takes bytes
     another tile used before, every thread must be done with the old tile first (TVM's barrier
     insertion, run before this pass, saw two buffers). One barrier serves every reuse whose gap
     (last statement of the old tile, first of the new) contains it; the barriers already there count."""
@@ -163,7 +185,7 @@ def _reuse_barriers(entries, placement) -> set:
             shared = old.offset < new.offset + new.size and new.offset < old.offset + old.size
             if old.last < new.first and shared:
                 gaps.append((old.last, new.first))
-    barriers = {k for k, stmt in enumerate(entries) if is_block_barrier(stmt)}
+    barriers = {k for k, stmt in zip(_steps(entries), entries) if is_block_barrier(stmt)}
     needed = set()
     for lo, hi in sorted(gaps, key=lambda g: g[1]):  # stab the intervals in order of their ends
         if not any(lo < k < hi for k in barriers) and not any(lo < k <= hi for k in needed):
@@ -171,18 +193,19 @@ def _reuse_barriers(entries, placement) -> set:
     return needed
 
 
-def _with_barriers(stmt, needed: set, counter: list):
-    """`stmt` with a block barrier before each top-level statement whose index (in `_top_statements`
-    order) is in `needed`."""
+def _with_barriers(stmt, needed: set, steps: list, counter: list):
+    """`stmt` with a block barrier before the first top-level statement of each step in `needed`
+    (`counter` walks the statements in `_top_statements` order)."""
     if isinstance(stmt, tirx.SeqStmt):
-        return tirx.SeqStmt([_with_barriers(s, needed, counter) for s in stmt.seq])
-    if isinstance(stmt, tirx.AttrStmt):
-        body = _with_barriers(stmt.body, needed, counter)
+        return tirx.SeqStmt([_with_barriers(s, needed, steps, counter) for s in stmt.seq])
+    if isinstance(stmt, tirx.AttrStmt) and not _is_role(stmt):
+        body = _with_barriers(stmt.body, needed, steps, counter)
         return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body, span=stmt.span)
     if isinstance(stmt, tirx.AllocBuffer):
         return stmt
+    k = counter[0]
     counter[0] += 1
-    if counter[0] - 1 not in needed:
+    if steps[k] not in needed or (k > 0 and steps[k - 1] == steps[k]):
         return stmt
     sync = tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", ir.StringImm(SCOPE)))
     return tirx.SeqStmt([sync, stmt])
@@ -199,14 +222,15 @@ def _merge_kernel(kernel, reuse: bool):
     placement = plan(kernel, tiles, reuse)
     total = max((p.offset + p.size for p in placement.values()), default=0)
     block = tirx.decl_buffer((max(total, 1),), "uint8", "buf_dyn_shmem", scope=SCOPE)
-    needed = _reuse_barriers(_top_statements(kernel.body, []), placement)
+    entries = _top_statements(kernel.body, [])
+    needed = _reuse_barriers(entries, placement)
     logger.debug(
         "shared block of %d bytes: %s; reuse barriers before statements %s",
         total,
         ", ".join(f"{t.name} [{p.offset}, {p.offset + p.size}) live {p.first}..{p.last}" for t, p in placement.items()),
         sorted(needed),
     )
-    start = _with_barriers(kernel.body, needed, [0]) if needed else kernel.body
+    start = _with_barriers(kernel.body, needed, _steps(entries), [0]) if needed else kernel.body
 
     def view(buf):
         return tirx.decl_buffer(

@@ -332,3 +332,24 @@ def test_the_layout_is_logged_at_debug(caplog):
         merge_shared_tiles(one_after_another)
     assert "shared block of 1024 bytes: R [0, 1024) live 2..3, S [0, 512) live 0..1" in caplog.text
     assert "reuse barriers before statements [2]" in caplog.text
+
+
+@T.prim_func
+def two_roles(A: T.Buffer((256,), "float32")):
+    _bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 256)
+    P = T.alloc_buffer((128,), "float32", scope="shared.dyn")
+    Q = T.alloc_buffer((128,), "float32", scope="shared.dyn")
+    with T.attr(tx, "tl.ws_producer_branch", 128):
+        P[tx - 128] = A[tx]
+        A[tx] = P[255 - tx]
+    with T.attr(tx, "tl.ws_consumer_branch", 128):
+        Q[tx] = A[tx]
+        A[tx] = Q[127 - tx]
+
+
+def test_the_two_sides_of_a_warp_specialized_kernel_run_at_once():
+    # In sequence here, one branch once consumer_barriers has run: a tile of each side is live together.
+    placements = _placements(two_roles)
+    assert placements["P"].first == placements["Q"].first and _apart(placements, "P", "Q")
+    assert "tvm_storage_sync" not in merge_shared_tiles(two_roles).script()
