@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import logging
 
-import tvm_ffi
 from tvm import ir, tirx
 
 from tilelang.op import base
-from tilelang.transform.common import is_innermost_thread_extent, is_thread_extent, kernels
+from tilelang.transform.common import is_innermost_thread_extent, is_thread_extent, kernels, replace_attrs
 from tilelang.transform.pipelining.checks import load_of
 from tilelang.transform.pipelining.wgmma_waits import mma_of
 from tilelang.transform.rasterize_blocks import NAME
@@ -89,13 +88,4 @@ def choose_rasterization(func: tirx.PrimFunc) -> tirx.PrimFunc:
         call = tirx.Evaluate(base.make_call(NAME, [tirx.const(PANEL, "int32"), tirx.const(0, "int32")]))
         body = tirx.SeqStmt([call, node.body])
         swap[node] = tirx.AttrStmt(node.node, node.attr_key, node.value, body, span=node.span)
-    if not swap:
-        return func
-
-    def replace(attr):
-        for old, new in swap.items():
-            if attr.same_as(old):
-                return new
-        return attr
-
-    return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.AttrStmt, replace)], order="post"))
+    return replace_attrs(func, swap)

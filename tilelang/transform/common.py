@@ -54,6 +54,21 @@ def kernels(body) -> list:
     return found
 
 
+def replace_attrs(func, swap: dict):
+    """`func` with each attribute statement that is a key of `swap` (the very node: a kernel `kernels`
+    found, a thread extent inside one) replaced by its value; `func` itself when `swap` is empty."""
+    if not swap:
+        return func
+
+    def on_attr(attr):
+        for old, new in swap.items():
+            if attr.same_as(old):
+                return new
+        return attr
+
+    return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.AttrStmt, on_attr)], order="pre"))
+
+
 def inline_bindings(stmts) -> list:
     """`stmts` without their `x = value` bindings, each value put in place of its name in the
     statements after it (a value may use names bound before it)."""

@@ -57,8 +57,8 @@ from tvm import ir, tirx
 
 from tilelang.dtypes import bits as dtype_bits
 from tilelang.errors import CompilerError
-from tilelang.transform.common import kernels
-from tilelang.utils.ir import collect, const_int, is_block_barrier, seq
+from tilelang.transform.common import kernels, replace_attrs
+from tilelang.utils.ir import block_sync, collect, const_int, is_block_barrier, seq
 
 logger = logging.getLogger("tilelang")
 
@@ -114,15 +114,16 @@ def _top_statements(stmt, out: list) -> list:
     return out
 
 
-def _steps(entries) -> list:
-    """The step of each top-level statement: its index, except that the producer and consumer sides
-    of a warp-specialized kernel, which stand in sequence until `consumer_barriers` makes them the
-    two sides of one branch, run at the same time: they share a step."""
-    steps = []
-    for k, stmt in enumerate(entries):
-        together = k > 0 and _is_role(stmt) and _is_role(entries[k - 1])
-        steps.append(steps[-1] if together else len(steps) and steps[-1] + 1)
-    return steps
+def _timeline(body) -> list:
+    """(step, statement) for each top-level statement, in program order. The step is the statement's
+    index, except that the producer and consumer sides of a warp-specialized kernel, which stand in
+    sequence until `consumer_barriers` makes them the two sides of one branch, run at the same time:
+    they share a step."""
+    timeline = []
+    for k, stmt in enumerate(_top_statements(body, [])):
+        together = k > 0 and _is_role(stmt) and _is_role(timeline[-1][1])
+        timeline.append((timeline[-1][0] if together else len(timeline) and timeline[-1][0] + 1, stmt))
+    return timeline
 
 
 def _owners(kernel, tiles) -> dict:
@@ -150,10 +151,12 @@ def _owners(kernel, tiles) -> dict:
 def plan(kernel, tiles, reuse: bool = True) -> dict:
     """tile -> its Placement in the block of `kernel` (the outermost thread-extent statement).
     Tiles no statement names are left out. With `reuse` off every tile gets bytes of its own."""
-    owners = _owners(kernel, tiles)
+    return _place(_timeline(kernel.body), _owners(kernel, tiles), reuse)
+
+
+def _place(timeline, owners, reuse: bool) -> dict:
     live = {}
-    entries = _top_statements(kernel.body, [])
-    for k, stmt in zip(_steps(entries), entries):
+    for k, stmt in timeline:
         for v in collect(stmt, ir.Var):
             for t in owners.get(v, ()):
                 first, _ = live.get(t, (k, k))
@@ -174,41 +177,38 @@ def plan(kernel, tiles, reuse: bool = True) -> dict:
     return placed
 
 
-def _reuse_barriers(entries, placement) -> set:
-    """Steps (`_steps`) of the statements that need a block barrier before them: where a tile takes bytes
-    another tile used before, every thread must be done with the old tile first (TVM's barrier
-    insertion, run before this pass, saw two buffers). One barrier serves every reuse whose gap
-    (last statement of the old tile, first of the new) contains it; the barriers already there count."""
+def _reuse_barriers(timeline, placement) -> set:
+    """Positions in `timeline` of the statements that need a block barrier before them: where a tile
+    takes bytes another tile used before, every thread must be done with the old tile first (TVM's
+    barrier insertion, run before this pass, saw two buffers). One barrier serves every reuse whose gap
+    (last step of the old tile, first of the new) contains it; the barriers already there count. A
+    barrier goes before the first statement of its step."""
     gaps = []
     for new in placement.values():
         for old in placement.values():
             shared = old.offset < new.offset + new.size and new.offset < old.offset + old.size
             if old.last < new.first and shared:
                 gaps.append((old.last, new.first))
-    barriers = {k for k, stmt in zip(_steps(entries), entries) if is_block_barrier(stmt)}
+    barriers = {k for k, stmt in timeline if is_block_barrier(stmt)}
     needed = set()
     for lo, hi in sorted(gaps, key=lambda g: g[1]):  # stab the intervals in order of their ends
         if not any(lo < k < hi for k in barriers) and not any(lo < k <= hi for k in needed):
             needed.add(hi)
-    return needed
+    return {min(i for i, (k, _) in enumerate(timeline) if k == step) for step in needed}
 
 
-def _with_barriers(stmt, needed: set, steps: list, counter: list):
-    """`stmt` with a block barrier before the first top-level statement of each step in `needed`
-    (`counter` walks the statements in `_top_statements` order)."""
+def _with_barriers(stmt, before: set, counter: list):
+    """`stmt` with a block barrier before each top-level statement whose position (in `_timeline`
+    order, `counter` walking it) is in `before`."""
     if isinstance(stmt, tirx.SeqStmt):
-        return tirx.SeqStmt([_with_barriers(s, needed, steps, counter) for s in stmt.seq])
+        return tirx.SeqStmt([_with_barriers(s, before, counter) for s in stmt.seq])
     if isinstance(stmt, tirx.AttrStmt) and not _is_role(stmt):
-        body = _with_barriers(stmt.body, needed, steps, counter)
+        body = _with_barriers(stmt.body, before, counter)
         return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body, span=stmt.span)
     if isinstance(stmt, tirx.AllocBuffer):
         return stmt
-    k = counter[0]
     counter[0] += 1
-    if steps[k] not in needed or (k > 0 and steps[k - 1] == steps[k]):
-        return stmt
-    sync = tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", ir.StringImm(SCOPE)))
-    return tirx.SeqStmt([sync, stmt])
+    return tirx.SeqStmt([block_sync(SCOPE), stmt]) if counter[0] - 1 in before else stmt
 
 
 def _shift(index, elems: int):
@@ -219,18 +219,18 @@ def _merge_kernel(kernel, reuse: bool):
     tiles = [a.buffer for a in collect(kernel, tirx.AllocBuffer) if a.buffer.scope() == SCOPE]
     if len(tiles) < 2:
         return kernel
-    placement = plan(kernel, tiles, reuse)
+    timeline = _timeline(kernel.body)
+    placement = _place(timeline, _owners(kernel, tiles), reuse)
     total = max((p.offset + p.size for p in placement.values()), default=0)
     block = tirx.decl_buffer((max(total, 1),), "uint8", "buf_dyn_shmem", scope=SCOPE)
-    entries = _top_statements(kernel.body, [])
-    needed = _reuse_barriers(entries, placement)
+    needed = _reuse_barriers(timeline, placement)
     logger.debug(
         "shared block of %d bytes: %s; reuse barriers before statements %s",
         total,
         ", ".join(f"{t.name} [{p.offset}, {p.offset + p.size}) live {p.first}..{p.last}" for t, p in placement.items()),
         sorted(needed),
     )
-    start = _with_barriers(kernel.body, needed, _steps(entries), [0]) if needed else kernel.body
+    start = _with_barriers(kernel.body, needed, [0]) if needed else kernel.body
 
     def view(buf):
         return tirx.decl_buffer(
@@ -273,7 +273,7 @@ def _merge_kernel(kernel, reuse: bool):
         return ir.Call(call.op, args, ret_ty=call.ty, span=call.span)
 
     def on_alloc(stmt):
-        return tirx.Evaluate(0) if stmt.buffer in moved or stmt.buffer in tiles else stmt
+        return tirx.Evaluate(0) if stmt.buffer in tiles else stmt
 
     def on_decl(stmt):
         return tirx.DeclBuffer(moved[stmt.buffer][0], data=block.data) if stmt.buffer in moved else stmt
@@ -303,13 +303,4 @@ def merge_shared_tiles(func: tirx.PrimFunc, reuse: bool = True) -> tirx.PrimFunc
         merged = _merge_kernel(kernel, reuse)
         if not merged.same_as(kernel):
             swap[kernel] = merged
-    if not swap:
-        return func
-
-    def on_attr(stmt):
-        for old, new in swap.items():
-            if stmt.same_as(old):
-                return new
-        return stmt
-
-    return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.AttrStmt, on_attr)], order="pre"))
+    return replace_attrs(func, swap)

@@ -49,7 +49,7 @@ from tilelang.errors import UserError, at_span
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform import barrier_ids
 from tilelang.transform.common import kernels
-from tilelang.utils.ir import const_int, is_block_barrier, is_pure_call, seq, statements
+from tilelang.utils.ir import block_sync, const_int, is_block_barrier, is_pure_call, seq, statements
 
 THREAD_BRANCH = "tl.thread_branch"  # one side of a thread branch: node [lo, hi)
 _HIDDEN = "tl.thread_branch_condition"  # a branch whose condition is hidden: node the condition
@@ -86,10 +86,6 @@ def _shared_scopes(stmt) -> set:
 
     tvm_ffi.structural_walk(stmt, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store), (ir.Call, on_call)])
     return found
-
-
-def _block_sync(scope):
-    return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", ir.StringImm(scope)))
 
 
 def _data_name(source):
@@ -246,7 +242,7 @@ def _expose_in(body, options: CompileOptions):
             return tirx.IfThenElse(node.condition, plain[0], plain[1], span=node.span)
         # TVM's barrier insertion runs once per scope and counts only barriers of its own scope;
         # one barrier of the merged dynamic block orders the static tiles too.
-        sync = _block_sync("shared.dyn" if "shared.dyn" in scopes else "shared")
+        sync = block_sync("shared.dyn" if "shared.dyn" in scopes else "shared")
         # The sides in sequence, as if every thread ran both (TVM's barrier insertion accepts no
         # thread-dependent condition; a placeholder counts as one too).
         sides = [c for c in (node.then_case, node.else_case) if c is not None]

@@ -49,6 +49,11 @@ def extern_name(stmt) -> str | None:
     return None
 
 
+def block_sync(scope: str) -> tirx.Stmt:
+    """A barrier over the whole block for `scope`'s memory, as TVM's barrier insertion writes it."""
+    return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", ir.StringImm(scope)))
+
+
 def is_block_barrier(stmt) -> bool:
     """Whether `stmt` is a barrier over the whole block: TVM's `tvm_storage_sync` of shared memory
     (what its barrier insertion adds) or a `__syncthreads()` call."""
