@@ -308,6 +308,10 @@ def _mask_then_gemm(same_kernel: bool):
         mask: T.Tensor((8,), "bool"),
         C: T.Tensor((128, 128), "float32"),
     ):
+        if not same_kernel:
+            with T.Kernel(1, threads=32):
+                for i in T.Parallel(8):
+                    mask[i] = A[0, i] > 0
         with T.Kernel(1, threads=128):
             A_s = T.alloc_shared((128, 32), "float16")
             B_s = T.alloc_shared((32, 128), "float16")
@@ -323,32 +327,7 @@ def _mask_then_gemm(same_kernel: bool):
                     T.gemm(A_s, B_s, C_f)
             T.copy(C_f, C)
 
-    if same_kernel:
-        return main
-
-    @T.prim_func
-    def two_kernels(
-        A: T.Tensor((128, 256), "float16"),
-        B: T.Tensor((256, 128), "float16"),
-        mask: T.Tensor((8,), "bool"),
-        C: T.Tensor((128, 128), "float32"),
-    ):
-        with T.Kernel(1, threads=32):
-            for i in T.Parallel(8):
-                mask[i] = A[0, i] > 0
-        with T.Kernel(1, threads=128):
-            A_s = T.alloc_shared((128, 32), "float16")
-            B_s = T.alloc_shared((32, 128), "float16")
-            C_f = T.alloc_fragment((128, 128), "float32")
-            T.clear(C_f)
-            for k in T.Pipelined(8, num_stages=2):
-                if mask[k]:
-                    T.copy(A[0, k * 32], A_s)
-                    T.copy(B[k * 32, 0], B_s)
-                    T.gemm(A_s, B_s, C_f)
-            T.copy(C_f, C)
-
-    return two_kernels
+    return main
 
 
 def test_a_guard_on_a_mask_an_earlier_kernel_wrote_is_distributed_not_one_on_a_mask_its_own_kernel_writes():
