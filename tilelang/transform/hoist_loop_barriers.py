@@ -29,7 +29,7 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import ir, tirx
 
-from tilelang.utils.ir import collect, is_block_barrier, is_pure_call, seq, statements
+from tilelang.utils.ir import collect, is_block_barrier, is_pure_call, loop_with_body, seq, statements
 
 _SHARED = ("shared", "shared.dyn")
 _POINTERS = ("tirx.address_of", "tirx.tvm_access_ptr")
@@ -67,21 +67,12 @@ def hoist_loop_barriers(func: tirx.PrimFunc) -> tirx.PrimFunc:
         if loop.kind not in (tirx.ForKind.SERIAL, tirx.ForKind.UNROLLED):
             return loop
         stmts = _flat(loop.body)
-        if len(stmts) < 2 or not is_block_barrier(stmts[0]) or not _carries_nothing(seq(stmts[1:])):
+        if len(stmts) < 2 or not is_block_barrier(stmts[0]):
             return loop
         rest = seq(stmts[1:])
-        hoisted = tirx.For(
-            loop.loop_var,
-            loop.min,
-            loop.extent,
-            loop.kind,
-            rest,
-            loop.thread_binding,
-            loop.annotations,
-            step=loop.step,
-            span=loop.span,
-        )
-        return tirx.SeqStmt([stmts[0], hoisted])
+        if not _carries_nothing(rest):
+            return loop
+        return tirx.SeqStmt([stmts[0], loop_with_body(loop, rest)])
 
     # Post-order: an inner loop's barrier, once before it, may lead its outer loop's body in turn.
     body = tvm_ffi.structural_map(func.body, [(tirx.For, on_for)], order="post")

@@ -29,7 +29,7 @@ from tilelang.op.copy import NAME as COPY
 from tilelang.op.loop_indices import uses
 from tilelang.op.loops import split_parallel_nest
 from tilelang.transform.pipelining.schedule import stages_of
-from tilelang.utils.ir import is_zero
+from tilelang.utils.ir import is_zero, loop_with_body
 
 _SHARED = ("shared", "shared.dyn")
 
@@ -96,10 +96,7 @@ def raise_copy_loops(func: tirx.PrimFunc) -> tirx.PrimFunc:
         body = _raise_in(loop.body)
         if body.same_as(loop.body):
             return loop
-        return tirx.For(
-            loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, loop.annotations, loop.step,
-            span=loop.span,
-        )  # fmt: skip
+        return loop_with_body(loop, body)
 
     body = tvm_ffi.structural_map(func.body, [(tirx.For, on_for)], order="post")
     return func if body.same_as(func.body) else func.with_body(body)

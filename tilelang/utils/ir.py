@@ -49,6 +49,14 @@ def extern_name(stmt) -> str | None:
     return None
 
 
+def loop_with_body(loop: tirx.For, body: tirx.Stmt) -> tirx.For:
+    """`loop` (its variable, range, kind, binding, annotations and step) around another body."""
+    return tirx.For(
+        loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, loop.annotations, loop.step,
+        span=loop.span,
+    )  # fmt: skip
+
+
 def block_sync(scope: str) -> tirx.Stmt:
     """A barrier over the whole block for `scope`'s memory, as TVM's barrier insertion writes it."""
     return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", ir.StringImm(scope)))

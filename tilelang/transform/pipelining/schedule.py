@@ -28,7 +28,7 @@ from tilelang.transform.common import Scope, inline_bindings, mutate_with_scope
 from tilelang.transform.infer_layout import ANNOTATED_LAYOUTS
 from tilelang.transform.pipelining import checks, infer_stages
 from tilelang.transform.pipelining.checks import load_of, written
-from tilelang.utils.ir import collect
+from tilelang.utils.ir import collect, loop_with_body
 
 FORM = "tl.pipeline_form"
 CLUSTER = "tl.pipeline_cluster"
@@ -48,10 +48,7 @@ def distribute_guard(loop, func):
     if guard is None:
         return loop
     body = tirx.SeqStmt([tirx.IfThenElse(guard, st, None, span=st.span) for st in _statements(loop.body.then_case)])
-    return tirx.For(
-        loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, loop.annotations, loop.step,
-        span=loop.span,
-    )
+    return loop_with_body(loop, body)
 
 
 def versioned(stmt, buffers: dict, version):
