@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 
 import tvm
-from tvm import s_tir, tirx
+from tvm import tirx
 
 from tilelang.errors import CompilerError, UserError
 from tilelang.options import CompileOptions
@@ -37,15 +37,15 @@ from tilelang.transform.hoist_allocations import hoist_allocations
 from tilelang.transform.hoist_loop_barriers import hoist_loop_barriers
 from tilelang.transform.hoist_shared_reads import hoist_shared_reads
 from tilelang.transform.infer_layout import infer_layout
-from tilelang.transform.keep_nan_checks import keep_nan_checks
 from tilelang.transform.inject_cp_async_pipelines import inject_cp_async_pipelines
 from tilelang.transform.inject_tma_pipelines import inject_tma_pipelines
+from tilelang.transform.keep_nan_checks import keep_nan_checks
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
-from tilelang.transform.merge_shared_tiles import merge_shared_tiles
 from tilelang.transform.lower_blocks_for_cpu import lower_blocks_for_cpu
 from tilelang.transform.lower_tile_ops import lower_tile_ops
 from tilelang.transform.lower_tile_ops_for_cpu import lower_tile_ops_for_cpu
 from tilelang.transform.lower_tma_copies import lower_tma_copies
+from tilelang.transform.merge_shared_tiles import merge_shared_tiles
 from tilelang.transform.pack_fp4_tensors import pack_fp4_tensors
 from tilelang.transform.place_wgmma_waits import place_wgmma_waits
 from tilelang.transform.plan_pipelines import plan_pipelines
@@ -60,8 +60,8 @@ from tilelang.transform.stage_fragment_stores import stage_fragment_stores
 from tilelang.transform.sync_shared_atomics import expose_shared_atomics, restore_shared_atomics
 from tilelang.transform.sync_thread_branches import expose_thread_branches, restore_thread_branches, thread_sync
 from tilelang.transform.use_fast_exp2 import use_fast_exp2
-from tilelang.transform.widen_large_indices import widen_large_indices
 from tilelang.transform.warp_specialize import CONSUMER_BRANCH, warp_specialize
+from tilelang.transform.widen_large_indices import widen_large_indices
 from tilelang.utils.target import has_tma, is_cpu
 
 logger = logging.getLogger("tilelang")
@@ -305,8 +305,8 @@ def _lower(func: tirx.PrimFunc, target, options: CompileOptions, name: str) -> L
             if dump_dir:
                 _dump(dump_dir, k, pass_name, mod)
             if pass_name == "merge_shared_tiles":
-                # The merged block is each kernel's real shared-memory need: check it against the target
-                # (once the merge's marks are gone: the descriptor check reads the pointers as they are).
+                # The merged block is each kernel's real shared-memory need: check it against the target;
+                # the descriptor check reads the gemm pointers with their tiles' offsets in the block.
                 try:
                     check_shared_memory(mod, target, tiles)
                 except SharedMemoryOverLimit as err:
