@@ -27,8 +27,9 @@ Blocks checked by default: the first, the last, and the last along each grid dim
 mask or a persistent loop gives them different iteration counts); in a clustered kernel each with
 its cluster's other block. Kernels whose grid or loops depend on a dynamic shape are skipped with a
 warning (their sizes are not known at compile time), and so are kernels whose loops run a count read
-from memory (a sequence length from a tensor: flash decoding). The check takes seconds per kernel: about two
-per block and warp order for a GEMM of 64 iterations over K.
+from memory (a sequence length from a tensor: flash decoding). A boolean read from a global tensor
+(a block-sparse mask) takes a random value per element and run, the same for all warps. The check
+takes seconds per kernel: about two per block and warp order for a GEMM of 64 iterations over K.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def run_cluster(kernel: tirx.PrimFunc, blocks, seed: int, lead: bool = False) ->
     agents = {}
     for rank, (state, index) in enumerate(zip(states, blocks)):
         for tx in range(0, threads, 32):
-            env = {"block": _block_env(index), "rank": rank}
+            env = {"block": _block_env(index), "rank": rank, "seed": seed}
             agents[(rank, tx)] = (run_warp(kernel.body, env, state, tx, {}), [None])
     rng = random.Random(seed)
     while agents:

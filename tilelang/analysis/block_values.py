@@ -14,6 +14,8 @@ float compare, a global load) cannot be computed: `value` raises ProtocolError.
 
 from __future__ import annotations
 
+import zlib
+
 from tvm import ir, tirx
 
 from tilelang.analysis.block_state import ProtocolError
@@ -73,7 +75,17 @@ def value(expr, env) -> int:
         return value(expr.args[1] if value(expr.args[0], env) else expr.args[2], env)
     if isinstance(expr, ir.TensorLoad) and register(expr.source, expr.indices, env) in env:
         return env[register(expr.source, expr.indices, env)]
+    if isinstance(expr, ir.TensorLoad) and expr.source.scope() == "global" and str(expr.dtype) == "bool":
+        return _mask_bit(expr, env)
     raise ProtocolError(f"cannot evaluate {expr} for one block")
+
+
+def _mask_bit(load, env) -> int:
+    """A boolean read from a global tensor (a block-sparse mask): a bit drawn from the element's
+    index and the run's seed (`env["seed"]`), the same for every warp, so each run checks the
+    protocol under one random mask."""
+    key = f"{load.source.name}{[value(i, env) for i in load.indices]}{env.get('seed', 0)}"
+    return zlib.crc32(key.encode()) & 1
 
 
 def register(buffer, indices, env):

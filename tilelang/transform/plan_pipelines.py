@@ -24,7 +24,8 @@ not take a form is in the debug log (`pipelining/checks.py`).
 A body that is one `if c:` around the loop's statements (a block-sparse GEMM's `if mask[k]:`) is
 written as each statement under `if c:` when c reads only tensors the kernel does not write
 (`schedule.distribute_guard`): its copies are then issued ahead, each under the condition of its
-own iteration, with cp.async (a skipped TMA load would leave its stage's barrier waiting).
+own iteration. On sm_90a they are TMA loads when every reader of a tile shares its load's condition:
+a skipped load still arrives on its stage's barrier (`pipelining/tma.py`), without bytes.
 
 Requires: tile ops as parsed, TMA copies outside loops made (`lower_tma_copies`: which tiles only
 TMA writes), gemm instructions selected (the layouts TMA must write). Guarantees: IR unchanged but
@@ -50,7 +51,7 @@ logger = logging.getLogger("tilelang")
 def _form(loop, plan, kernel, stages: int) -> tuple:
     """(form, cluster) of a loop with producers; (None, None) for a one-stage loop left plain."""
     name = loop.loop_var.name
-    reason = checks.why_not(plan.producers, kernel)
+    reason = checks.why_not(loop, plan.producers, kernel)
     no_ws = reason or checks.why_not_specialized(loop, plan.producers, kernel)
     reason = reason or checks.why_not_nested(kernel, no_ws)
     if stages < 2 and no_ws is not None:

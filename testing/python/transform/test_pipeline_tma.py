@@ -266,3 +266,47 @@ def test_one_stage_attention_gets_a_producer_and_frees_each_tile_after_its_last_
     assert "setmaxnreg" in src and "K_shared_empty" in src and "V_shared_empty" in src
     qk = re.search(r"tl::wgmma_ss<[^;]*;\s*tl::mbarrier_arrive_warp\(\(&\(K_shared_empty_ptr\[0\]\)\)\)", src)
     assert qk is not None  # K is freed by the statement after the gemm that reads it last
+
+
+def test_a_block_sparse_gemm_skips_its_loads_and_still_completes_each_stage():
+    """The public block-sparse GEMM's `if mask[k]:` body: each TMA load runs under its iteration's
+    mask, and a skipped one arrives on its stage's barrier without bytes, so the consumers (skipping
+    the gemm under the same mask) wait on every stage as usual. Barrier protocol checked."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_inject_cp_async_pipelines import block_sparse_gemm
+
+    configs = {"tl.check_barrier_protocol": True}
+    k = tilelang.compile(block_sparse_gemm(stages=3), out_idx=[3], target="sm_90a", pass_configs=configs)
+    src = k.get_kernel_source()
+    assert "setmaxnreg" in src and "cp_async" not in src
+    skipped = r"if \(mask_ptr\[i_load\]\) \{\s*tl::mbarrier_arrive_expect_tx\(\(&\(A_s_full_ptr\[\(i_load % 3\)\]\)\)"
+    skipped += r"[^}]*\}\s*else \{\s*tl::mbarrier_arrive\(\(&\(A_s_full_ptr\[\(i_load % 3\)\]\)\)\);"
+    assert re.search(skipped, src), src
+    cuda.compile_object(src, k.target, host_src=k.host_source)
+
+
+def test_a_load_under_a_condition_its_readers_do_not_share_keeps_cp_async():
+    """A tile loaded only when mask[k] holds but read by an unconditional gemm: a skipped TMA load
+    would leave the reader a stage no load filled, so the loop keeps cp.async."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((128, 256), "float16"),
+        B: T.Tensor((256, 128), "float16"),
+        mask: T.Tensor((8,), "bool"),
+        C: T.Tensor((128, 128), "float32"),
+    ):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((128, 32), "float16")
+            B_s = T.alloc_shared((32, 128), "float16")
+            C_f = T.alloc_fragment((128, 128), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(8, num_stages=2):
+                if mask[k]:
+                    T.copy(A[0, k * 32], A_s)
+                T.copy(B[k * 32, 0], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C)
+
+    src = tilelang.compile(main, out_idx=[3], target="sm_90a").get_kernel_source()
+    assert "tl::cp_async<16>" in src and "tma_load" not in src

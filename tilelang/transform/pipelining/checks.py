@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import tvm_ffi
 from tvm import ir, sym, tirx
 
 from tilelang.layout.fragment import substitute
@@ -126,7 +127,34 @@ def predicted_layout(tile_buffer, kernel: Kernel):
     return found[0] if found else None
 
 
-def why_not(producers, kernel: Kernel) -> str | None:
+def uses(stmt, buffer) -> bool:
+    """Whether `stmt` touches `buffer` (a tile op's region or an element load)."""
+    found = []
+
+    def hit(node, src):
+        if src.same_as(buffer):
+            found.append(node)
+
+    walk(stmt, [(ir.TensorRegion, lambda r: hit(r, r.source)), (ir.TensorLoad, lambda ld: hit(ld, ld.source))])
+    return bool(found)
+
+
+def _guard_not_shared(loop, load) -> str | None:
+    """Why a load under a condition cannot be a TMA load (None: it can). A skipped TMA load still
+    completes its stage (the barrier's one arrival, without bytes: `pipelining/tma.py`); every
+    statement that reads the tile must then run under the same condition, or it would read a stage
+    no load filled."""
+    cond = unguarded(load)[0]
+    tile = load_of(load).dst.buffer
+    for stmt in loop.body.seq if isinstance(loop.body, tirx.SeqStmt) else [loop.body]:
+        if stmt.same_as(load) or not uses(stmt, tile):
+            continue
+        if not tvm_ffi.structural_equal(unguarded(stmt)[0], cond):
+            return f"the load into '{tile.name}' runs under a condition its readers do not share"
+    return None
+
+
+def why_not(loop, producers, kernel: Kernel) -> str | None:
     """Why the loop cannot use TMA (None: it can)."""
     if kernel.target is None or arch_of(kernel.target) != "sm_90a":
         return "not sm_90a"
@@ -140,9 +168,8 @@ def why_not(producers, kernel: Kernel) -> str | None:
     for p in producers:
         load = load_of(p)
         src, dst = load.src, load.dst
-        if unguarded(p)[0] is not None:
-            # (A skipped TMA load would leave its stage's barrier waiting for bytes that never come.)
-            return f"the load into '{dst.name}' runs under a condition"
+        if unguarded(p)[0] is not None and _guard_not_shared(loop, p):
+            return _guard_not_shared(loop, p)
         if not load.tma:
             return f"{base.parse(p).describe()} is kept off TMA (disable_tma=True)"
         tile = tma.tile_of(src, dst)
@@ -196,6 +223,8 @@ def cluster_plan(loop, producers, kernel: Kernel) -> tuple[int, list] | None:
     within noise of the plain pipeline (GEMM, flash attention, MLA decode), so it is not the default."""
     if kernel.nested or kernel.guarded or not kernel.options.enable_tma_multicast:
         return None
+    if any(unguarded(p)[0] is not None for p in producers):
+        return None  # a block skipping a load would leave its peer's half missing
     best = None
     for dim, tag in enumerate(("blockIdx.x", "blockIdx.y")):
         var, extent = (kernel.blocks or {}).get(tag, (None, None))

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 
 from tvm import tirx
 
+from tilelang.layout.fragment import substitute
 from tilelang.op import base
 from tilelang.transform.pipelining import marks
 from tilelang.transform.pipelining.marks import barrier  # noqa: F401  (lower_tma_copies uses it)
 from tilelang.transform.pipelining.wgmma_waits import mma_of
-from tilelang.layout.fragment import substitute
 from tilelang.utils.ir import collect, seq
 
 if TYPE_CHECKING:

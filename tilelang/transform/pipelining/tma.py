@@ -18,6 +18,10 @@ Warp-specialized (default; `tl.disable_warp_specialized` turns it off):
         loop body on stage i % S
         arrive(empty_j[i % S])                 # one per consumer warp (the barrier's count)
 
+A load under a condition (a block-sparse GEMM's `if mask[k]:`, written per statement by
+`schedule.distribute_guard`) that is false arrives on its full barrier without bytes, so the stage
+completes as usual; its readers, under the same condition (`checks.why_not`), skip their work.
+
 A consumer that reads a stage with ordinary loads (ldmatrix, ld.shared: the generic proxy; anything
 but a wgmma operand) fences those reads against the async proxy (fence.proxy.async) before the
 stage is freed (before the arrival, or the block barrier): the next TMA load into the stage is an
@@ -63,9 +67,8 @@ from tvm import ir, tirx
 from tilelang import intrinsics
 from tilelang.layout.fragment import substitute
 from tilelang.op import tma
-from tilelang.transform.common import walk
 from tilelang.transform.pipelining import consumer_loop
-from tilelang.transform.pipelining.checks import Kernel, load_of
+from tilelang.transform.pipelining.checks import Kernel, load_of, unguarded, uses
 from tilelang.transform.pipelining.consumer_loop import Empty, barrier, mma_flags
 from tilelang.transform.pipelining.wgmma_waits import mma_of
 from tilelang.utils.ir import collect, extern, is_zero, seq
@@ -85,24 +88,13 @@ def _empty_name(loop, groups, group) -> str:
     return loop.loop_var.name if len(groups) == 1 else EMPTY_JOIN.join(t.name for t in group)
 
 
-def _uses(stmt, buffer) -> bool:
-    found = []
-
-    def hit(node, src):
-        if src.same_as(buffer):
-            found.append(node)
-
-    walk(stmt, [(ir.TensorRegion, lambda r: hit(r, r.source)), (ir.TensorLoad, lambda ld: hit(ld, ld.source))])
-    return bool(found)
-
-
 def _read_generically(consumers, tile) -> bool:
     """Whether a consumer reads `tile` with ordinary loads (ldmatrix, ld.shared: the generic proxy),
     not only as a wgmma operand (the async proxy, as the TMA unit writes). Such reads must be fenced
     (fence.proxy.async) before the stage is handed back to the TMA loads: a barrier alone does not
     order an async-proxy write after them."""
 
-    def uses(node):
+    def count(node):
         hits = [r for r in collect(node, ir.TensorRegion) if r.source.same_as(tile)]
         return len(hits) + len([ld for ld in collect(node, ir.TensorLoad) if ld.source.same_as(tile)])
 
@@ -110,7 +102,7 @@ def _read_generically(consumers, tile) -> bool:
         m = mma_of(node)
         return m is not None and m.asynchronous
 
-    return any(uses(st) > sum(uses(e) for e in collect(st, tirx.Evaluate) if on_wgmma(e)) for st, _ in consumers)
+    return any(count(st) > sum(count(e) for e in collect(st, tirx.Evaluate) if on_wgmma(e)) for st, _ in consumers)
 
 
 def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, specialize: bool, cluster=None):
@@ -149,12 +141,12 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
     # tiles read in the same stage share one "empty" barrier per stage. With one stage (one buffer
     # per tile), tiles share one only with those read last by the same statement, freed right after
     # it: the producer loads K of the next iteration while the consumers still run P·V on this V.
-    read_in = {t: max([c for st, c in consumers if _uses(st, t)], default=0) for t in tiles}
+    read_in = {t: max([c for st, c in consumers if uses(st, t)], default=0) for t in tiles}
     staged_of = dict(zip(tiles, staged))
     if any(read_in.values()) or stages > 1 or not specialize:
         groups = [(c, None, [t for t in tiles if read_in[t] == c]) for c in sorted(set(read_in.values()))]
     else:
-        last = {t: max([j for j, (st, _) in enumerate(consumers) if _uses(st, t)], default=None) for t in tiles}
+        last = {t: max([j for j, (st, _) in enumerate(consumers) if uses(st, t)], default=None) for t in tiles}
         after = sorted({last[t] for t in tiles}, key=lambda j: len(consumers) if j is None else j)
         groups = [(0, j, [t for t in tiles if last[t] == j]) for j in after]
     empties = [
@@ -182,7 +174,13 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
         src, dst = at_stage.src, at_stage.dst
         t = load_of(p).dst.buffer
         shared = any(p.same_as(m) for m in multicast)
-        return tma.make(src, dst, barrier(full[t], tirx.floormod(g, S)), multicast=shared)
+        copy = tma.make(src, dst, barrier(full[t], tirx.floormod(g, S)), multicast=shared)
+        cond = unguarded(stmt)[0]
+        if cond is None:
+            return copy
+        # A skipped load still completes its stage (one arrival, no bytes): the consumers, skipping
+        # the iteration's work under the same condition, wait on the barrier all the same.
+        return tirx.IfThenElse(cond, copy, extern("tl::mbarrier_arrive", barrier(full[t], tirx.floormod(g, S))))
 
     i = tirx.Var("i", "int32")
 
@@ -197,7 +195,7 @@ def build(loop, stages: int, plan, versioned, staged: list, kernel: Kernel, spec
             own = it - c
             g = at_c(own)
             for t in tiles:
-                if (t, c) not in waited and _uses(st, t):
+                if (t, c) not in waited and uses(st, t):
                     waited.add((t, c))
                     parity = tirx.floormod(tirx.floordiv(g, S), 2)
                     body.append((extern("tl::mbarrier_wait", barrier(full[t], tirx.floormod(g, S)), parity), None))
