@@ -153,6 +153,23 @@ def element_target(call):
     return address.args[0], value
 
 
+def addressed_element(call) -> tuple | None:
+    """(the element an atomic call works on through its address argument, as a load; how many
+    consecutive elements of its last dimension) for every atomic of this module (element and vector
+    adds, max/min, or, load and store, with or without the old value); None for other calls.
+    `legalize_safe_memory_access` guards the element's bounds."""
+    if not isinstance(call, ir.Call):
+        return None
+    if is_element_atomic(call):
+        return element_target(call)[0], 1
+    found = intrinsics.lookup(call)
+    if found in _VECTOR.values():
+        return found.args(call)[0].args[0], 2 if found.name.startswith("atomic_addx2") else 4
+    if found in (ATOMIC_OR, ATOMIC_LOAD, ATOMIC_STORE):
+        return found.args(call)[0].args[0], 1
+    return None
+
+
 # ---- T.atomic_add / T.atomic_max / T.atomic_min ----------------------------------------------------
 
 

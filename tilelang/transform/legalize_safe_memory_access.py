@@ -12,8 +12,11 @@ Loads are guarded wherever they are: in stored values and indices, in `x = A[i]`
 `if` conditions and in call arguments (atomics). What the kernel already checks (an `if i < m:` the
 user wrote, the condition of a `T.if_then_else`) counts as known, so it adds no second guard.
 
-Element atomics are device calls by now, not tile ops: it names the plain element add
-(`op/atomic.py`), the one call whose address it guards.
+Atomics are device calls by now, not tile ops: `op/atomic.py` names the element each one works on
+through its address (`addressed_element`), and the call runs only when that element (all its lanes,
+for T.atomic_addx2/x4) is in bounds: as a statement under an `if`, as a value (an old value
+returned, an atomic load) read as 0 otherwise. A gather-scatter's index past the end (a sparse
+attention backward whose unused index slots hold the sequence length) then writes nothing.
 
 Requires: tile ops expanded to loops. Guarantees: every global access is provably in bounds or
 predicated. Bounds that the analyzer proves from loop, thread and block ranges add nothing.
@@ -49,17 +52,8 @@ def _is_global(buffer) -> bool:
     return buffer.scope() == "global"
 
 
-def _is_element_atomic(call) -> bool:
-    """An element atomic (`T.atomic_add`) writes through the address of its first argument."""
-    return (
-        isinstance(call, ir.Call)
-        and getattr(call.op, "name", "") == "tirx.call_extern"
-        and str(call.args[0].value) == atomic.ELEMENT
-    )
-
-
 def _is_address_of(call) -> bool:
-    return getattr(call.op, "name", "") == "tirx.address_of"
+    return isinstance(call, ir.Call) and getattr(call.op, "name", "") == "tirx.address_of"
 
 
 def legalize_safe_memory_access(func: tirx.PrimFunc) -> tirx.PrimFunc:
@@ -74,6 +68,25 @@ def legalize_safe_memory_access(func: tirx.PrimFunc) -> tirx.PrimFunc:
         with ana.constraint_scope(cond):
             return fn()
 
+    def guard_atomic(call):
+        """(the bounds of the element an atomic call addresses that `scope` cannot prove, or None;
+        the call with the loads in its indices and other arguments guarded)."""
+        target, lanes = atomic.addressed_element(call)
+        indices = [guard_loads(i) for i in target.indices]
+        cond = None
+        if _is_global(target.source):
+            cond = _in_bounds(target.source, indices, scope)
+            last = _in_bounds(target.source, indices[:-1] + [indices[-1] + (lanes - 1)], scope)
+            cond = last if cond is None else cond if last is None or lanes == 1 else tirx.And(cond, last)
+        address = tirx.address_of(tirx.BufferLoad(target.source, indices))
+
+        def arg(a):
+            if _is_address_of(a) and a.args[0].same_as(target):
+                return address
+            return under(cond, lambda: guard_loads(a))
+
+        return cond, ir.Call(call.op, [arg(a) for a in call.args], ret_ty=call.ty, span=call.span)
+
     def guard_loads(expr):
         """`expr` with each global load not provably in bounds reading 0 instead."""
 
@@ -85,6 +98,9 @@ def legalize_safe_memory_access(func: tirx.PrimFunc) -> tirx.PrimFunc:
             return load if cond is None else tirx.if_then_else(cond, load, tirx.const(0, dtype_of(load)))
 
         def on_call(call, mutator):
+            if atomic.addressed_element(call) is not None:  # an old value returned, an atomic load
+                cond, new = guard_atomic(call)
+                return new if cond is None else tirx.if_then_else(cond, new, tirx.const(0, dtype_of(new)))
             if _is_address_of(call):
                 return call  # an address, not a read (the statement's guard covers it)
             if is_if_then_else(call):
@@ -107,16 +123,11 @@ def legalize_safe_memory_access(func: tirx.PrimFunc) -> tirx.PrimFunc:
         call = stmt.value
         if not isinstance(call, ir.Call):
             return stmt
-        if not _is_element_atomic(call):
+        if atomic.addressed_element(call) is None:
             value = guard_loads(call)
             return stmt if value.same_as(call) else tirx.Evaluate(value, span=stmt.span)
-        target = call.args[1].args[0]
-        indices = [guard_loads(i) for i in target.indices]
-        guard = _in_bounds(target.source, indices, scope) if _is_global(target.source) else None
-        value = under(guard, lambda: guard_loads(call.args[2]))
-        new = tirx.Evaluate(
-            atomic.element_atomic_add_call(tirx.BufferLoad(target.source, indices), value), span=stmt.span
-        )
+        guard, value = guard_atomic(call)
+        new = tirx.Evaluate(value, span=stmt.span)
         return tirx.IfThenElse(guard, new, None, span=stmt.span) if guard is not None else new
 
     def on_bind(stmt, recurse):

@@ -1,5 +1,6 @@
 import re
 
+import pytest
 from ir_testing import assert_ir_equal
 from tvm import tirx
 
@@ -165,6 +166,43 @@ def test_element_atomic_target_index_is_guarded():
     text = str(guard.condition)
     # The index is read only for rows that exist, and the element it names must exist.
     assert "bx * 128 + i < m" in text and "< 64" in text and ">= 0" in text
+
+
+def _scatter(kind):
+    """Rows of S scattered into D at rows Idx[i] (an index may be 32: past D's end) by an atomic."""
+
+    @T.prim_func
+    def main(Idx: T.Tensor((64,), "int32"), S: T.Tensor((64, 8), "float32"), D: T.Tensor((32, 8), "float32")):
+        with T.Kernel(1, threads=64):
+            old = T.alloc_fragment((64,), "float32")
+            for i in T.Parallel(64):
+                if kind == "addx4":
+                    T.atomic_addx4(D[Idx[i], 4], S[i, 4])
+                elif kind == "addx2":
+                    T.atomic_addx2(D[Idx[i], 6], S[i, 6])
+                elif kind == "max":
+                    T.atomic_max(D[Idx[i], 4], S[i, 4])
+                elif kind == "add_ret":
+                    old[i] = T.atomic_add(D[Idx[i], 4], S[i, 4], return_prev=True)
+                elif kind == "load":
+                    old[i] = T.atomic_load(D[Idx[i], 4])
+                else:
+                    T.atomic_store(D[Idx[i], 4], S[i, 4])
+            for i in T.Parallel(64):
+                S[i, 0] = old[i]
+
+    return main
+
+
+@pytest.mark.parametrize("kind", ["addx4", "addx2", "max", "add_ret", "load", "store"])
+def test_every_atomic_runs_only_on_an_element_in_bounds(kind):
+    """Every atomic (vector adds, max, old values, loads, stores) writes or reads only an element of
+    D: a scatter index past its end (the unused slots of a sparse attention's index table) does
+    nothing, as the plain T.atomic_add already did; an old value or load reads 0 there."""
+    src = tilelang.compile(_scatter(kind), target="sm_90a").get_kernel_source()
+    call = next(line for line in src.splitlines() if "tl::atomic" in line)
+    guard = "(Idx_ptr[((int)threadIdx.x)] < 32) && (0 <= Idx_ptr[((int)threadIdx.x)])"
+    assert guard in call or guard in src.split(call)[0].splitlines()[-1], src
 
 
 def _tile_larger_than_tensor():
