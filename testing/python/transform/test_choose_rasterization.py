@@ -4,6 +4,8 @@ user's own choice (T.use_swizzle, also enable=False) keep what they have."""
 
 import logging
 
+from tvm import ir
+
 import tilelang
 import tilelang.language as T
 from tilelang.op import base
@@ -11,7 +13,6 @@ from tilelang.transform.choose_rasterization import PANEL, choose_rasterization
 from tilelang.transform.select_gemm_instructions import select_gemm_instructions
 from tilelang.utils.ir import collect
 from tilelang.utils.target import determine_target
-from tvm import ir
 
 
 def _gemm(swizzle=None, spin=False):

@@ -16,7 +16,7 @@ import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
 from tilelang.layout import fragment as fl
-from tilelang.layout.evaluate import evaluate, grid
+from tilelang.layout.evaluate import grid
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import FRAGMENT_LAYOUTS, LOOP_LAYOUT, infer_layout
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
