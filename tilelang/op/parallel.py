@@ -43,8 +43,8 @@ from tilelang.op import copy as copy_op
 from tilelang.op import loop_indices
 from tilelang.op.loops import is_parallel, split_parallel_nest
 from tilelang.op.vectorize import mark_multiple_of, multiples, plan_vector_size, vector_guard
-from tilelang.utils.ir import i32 as _c
 from tilelang.utils.ir import collect, is_if_then_else
+from tilelang.utils.ir import i32 as _c
 
 
 class LoopNode:
@@ -188,10 +188,12 @@ def loop_layout_from(frag: fl.Fragment, indices, node: LoopNode, analyzer) -> fl
     mapping = dict(zip(frag.vars, split.representative()))
     base = analyzer.simplify(fl.substitute(frag.base, mapping))
     index = analyzer.simplify(fl.substitute(frag.index, mapping))
+    layout = fl.Fragment(node.shape, list(node.vars), base, index, frag.num_threads, list(frag.groups), 1)
     vec = 1
-    if _is_identity(indices, node) and frag.vector_size > 1:
-        vec = plan_vector_size(node.vars, node.extents, node.body, analyzer, limit=frag.vector_size)
-    layout = fl.Fragment(node.shape, list(node.vars), base, index, frag.num_threads, list(frag.groups), vec)
+    if _is_identity(indices, node):
+        # As wide as the loop's accesses allow and the fragment keeps consecutive registers (a copy
+        # of a replicated or row-held fragment from shared memory: 16-byte loads, not one per element).
+        vec = _widest_contiguous(layout, plan_vector_size(node.vars, node.extents, node.body, analyzer))
     if not layout.is_injective():
         packed = _following_packed(frag, indices, node, analyzer)
         if packed is not None:
@@ -217,7 +219,7 @@ def loop_layout_from(frag: fl.Fragment, indices, node: LoopNode, analyzer) -> fl
             # the loop runs over the whole fragment's registers and skips the iterations past its
             # extents (`lower` guards them).
             layout = frag.with_shape_vars(list(node.vars))
-            layout.vector_size = vec
+            layout.vector_size = _widest_contiguous(layout, vec)
     return layout
 
 
@@ -248,6 +250,7 @@ def _widest_contiguous(layout: fl.Fragment, limit: int) -> int:
         if layout.shape[-1] % vec == 0 and _vectors_stay_contiguous(layout):
             return vec
         vec //= 2
+    layout.vector_size = 1
     return 1
 
 
@@ -256,7 +259,8 @@ def _vectors_stay_contiguous(layout: fl.Fragment) -> bool:
     sits in consecutive registers of one thread."""
     base, index = (t.reshape(-1, layout.vector_size) for t in layout.tables())
     steps = np.arange(layout.vector_size)
-    return bool((base == base[:, :1]).all() and (index == index[:, :1] + steps).all())
+    aligned = (index[:, 0] % layout.vector_size == 0).all()  # (a vector of registers starts at a multiple)
+    return bool(aligned and (base == base[:, :1]).all() and (index == index[:, :1] + steps).all())
 
 
 def loop_layouts_following(frag: fl.Fragment, indices, node: LoopNode) -> list:

@@ -1,6 +1,8 @@
 """op/vectorize.py: the widest vector of a T.Parallel nest's innermost loop (CPU, on IR built here),
 and the run-time check that vectors along dynamic sizes get (on generated code)."""
 
+import re
+
 import pytest
 import tvm_ffi
 from tvm import ir, sym, tirx
@@ -166,3 +168,35 @@ def test_a_table_lookup_inside_an_index_does_not_narrow_the_vector():
     S = tirx.decl_buffer((64, 128), "float16", "S", scope="shared")
     body = tirx.BufferStore(S, tirx.BufferLoad(K, [tirx.BufferLoad(table, [i // 16]) * 64 + i, j]), [i, j])
     assert _plan(body, i, j, ana) == 8
+
+
+def test_a_fragment_held_along_rows_loads_from_shared_memory_in_vectors():
+    """The public mHC post-norm's form: b_l[i, j] read in a serial loop over i inside T.Parallel(o, j),
+    so each thread holds whole columns j of every row. Its registers for consecutive j are
+    consecutive: the copy from shared memory reads 4 bfloat16 a load (8 bytes), not one element a
+    load (the fragment had no vector width of its own, which had limited the loop's to 1)."""
+
+    @T.prim_func
+    def main(
+        a: T.Tensor((64, 4, 4), "float32"),
+        b: T.Tensor((64, 4, 512), "bfloat16"),
+        x: T.Tensor((64, 4, 512), "float32"),
+    ):
+        with T.Kernel(64, threads=128) as n:
+            b_s = T.alloc_shared((4, 512), "bfloat16")
+            a_l = T.alloc_fragment((4, 4), "float32")
+            b_l = T.alloc_fragment((4, 512), "float32")
+            x_l = T.alloc_fragment((4, 512), "float32")
+            T.copy(a[n, 0, 0], a_l)
+            T.copy(b[n, 0, 0], b_s)
+            T.copy(b_s, b_l)
+            for o, j in T.Parallel(4, 512):
+                x_l[o, j] = 0
+                for i in T.serial(4):
+                    x_l[o, j] += a_l[i, o] * b_l[i, j]
+            T.copy(x_l, x[n, 0, 0])
+
+    src = tilelang.compile(main, target="sm_90a").get_kernel_source()
+    assert re.search(r"nv_bfloat164 \w+ = \*\(nv_bfloat164\*\)\(b_s_ptr \+", src), src
+    assert not re.search(r"b_l_local_ptr\[\w+\] = \(\(float\)", src)
+    cuda.compile_object(src, tilelang.utils.target.determine_target("sm_90a"))
