@@ -113,17 +113,18 @@ TL_DEVICE uint32_t pack(const T* p, int stride) {
   return v.bits;
 }
 
-// The shared-memory swizzle of tilelang/layout/layout.py `swizzle(shape, 16, Bits)` on an element
-// offset into a tile with rows of Ld elements: the 16-byte chunk index XOR the row bits, Bits = 0 for
-// a row-major tile. The row is the 128-byte line, or the tile row when rows are whole lines.
-template <int Bits, int Ld>
+// The shared-memory swizzle of tilelang/layout/layout.py `swizzle(shape, 128 / C, Bits)` on an element
+// offset into a tile with rows of Ld elements, C elements a 16-byte chunk (8: 16-bit, 4: 32-bit): the
+// chunk index XOR the row bits, Bits = 0 for a row-major tile. The row is the 128-byte line, or the
+// tile row when rows are whole lines.
+template <int Bits, int Ld, int C = 8>
 TL_DEVICE int swizzle16(int off) {
   if constexpr (Bits == 0) {
     return off;
   } else {
-    constexpr int mask = (1 << Bits) - 1, line = Ld % 64 == 0 ? Ld : 64;
-    int chunk = (off >> 3) & mask, row = (off / line) & mask;
-    return off + (((chunk ^ row) - chunk) << 3);
+    constexpr int mask = (1 << Bits) - 1, line = Ld % (8 * C) == 0 ? Ld : 8 * C;
+    int chunk = (off / C) & mask, row = (off / line) & mask;
+    return off + ((chunk ^ row) - chunk) * C;
   }
 }
 
@@ -131,10 +132,10 @@ TL_DEVICE int swizzle16(int off) {
 // with the swizzle above. PanelRows > 0: the layout wgmma reads (gemm_wgmma.h, tilelang/layout/layout.py
 // `gmma_panels`): the rows cut into panels of P = 8 << Swz elements, each panel all PanelRows rows of P
 // elements with the swizzle inside it, so that an mma.sync and a wgmma can read one tile.
-template <int Swz, int Ld, int PanelRows>
+template <int Swz, int Ld, int PanelRows, int C = 8>
 TL_DEVICE int tile_offset(int row, int col) {
   if constexpr (PanelRows == 0) {
-    return swizzle16<Swz, Ld>(row * Ld + col);
+    return swizzle16<Swz, Ld, C>(row * Ld + col);
   } else {
     constexpr int P = 8 << Swz;
     static_assert(Swz > 0 && Ld % P == 0, "a paneled tile's rows are whole swizzled panels");
@@ -194,7 +195,11 @@ TL_DEVICE void load_a(uint32_t (&a)[S::MI][4], const TA* A, int row0, int k0, in
     for (int r = 0; r < 4; ++r) {
       int row = row0 + mi * 16 + g + 8 * (r % 2);
       int col = k0 + (r / 2) * 4 * S::PA + t * S::PA;
-      a[mi][r] = TransA ? pack<S::PA>(A + col * LdA + row, LdA) : pack<S::PA>(A + row * LdA + col, 1);
+      if constexpr (sizeof(TA) == 4)  // one element a register, through the 32-bit swizzle (mma.py swizzle_bits)
+        a[mi][r] = pack<1>(A + (TransA ? tile_offset<Swz, LdA, 0, 4>(col, row)
+                                       : tile_offset<Swz, LdA, 0, 4>(row, col)), 1);
+      else
+        a[mi][r] = TransA ? pack<S::PA>(A + col * LdA + row, LdA) : pack<S::PA>(A + row * LdA + col, 1);
     }
 }
 
@@ -229,7 +234,10 @@ TL_DEVICE void load_b(uint32_t (&b)[S::NI][2], const TB* B, int col0, int k0, in
     for (int r = 0; r < 2; ++r) {
       int n = col0 + ni * 8 + g;
       int k = k0 + r * 4 * S::PB + t * S::PB;
-      b[ni][r] = TransB ? pack<S::PB>(B + n * LdB + k, 1) : pack<S::PB>(B + k * LdB + n, LdB);
+      if constexpr (sizeof(TB) == 4)  // one element a register, through the 32-bit swizzle (mma.py swizzle_bits)
+        b[ni][r] = pack<1>(B + (TransB ? tile_offset<Swz, LdB, 0, 4>(n, k) : tile_offset<Swz, LdB, 0, 4>(k, n)), 1);
+      else
+        b[ni][r] = TransB ? pack<S::PB>(B + n * LdB + k, 1) : pack<S::PB>(B + k * LdB + n, LdB);
     }
 }
 

@@ -1,5 +1,7 @@
 """T.gemm on the CPU: instruction selection, warp partition, register layouts, errors, and nvcc."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -147,6 +149,30 @@ def test_gemm_compiles_with_nvcc(dtype, accum, arch):
     wgmma = arch == "sm_90a"
     assert ("tl::wgmma_ss<64, 64, 64" if wgmma else "tl::gemm_ss<64, 64, 64") in k.get_kernel_source()
     cuda.compile_object(k.get_kernel_source(), k.target)
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, False), (False, True), (True, True)])
+def test_32_bit_shared_operands_are_swizzled_in_16_byte_chunks(trans_a, trans_b):
+    """A tf32 tile of 32-float rows read one element a lane: 8 rows of one column fall in one bank
+    unswizzled; the chunk XOR row swizzle (4 floats a chunk) spreads them, in the layout the copies
+    write and in the template's reads (gemm_mma.h swizzle16<Bits, Ld, 4>)."""
+    from types import SimpleNamespace
+
+    from tvm import tirx
+
+    from tilelang.layout import layout as sl
+    from tilelang.op.gemm import mma
+
+    tile = tirx.decl_buffer((64, 32), "float32", "A_s", scope="shared.dyn")
+    assert mma.swizzle_bits(SimpleNamespace(buffer=tile)) == 3
+    lay = sl.swizzle((64, 32), 32, 3)
+    # Lane g of an mma reads row g of one column: 8 rows, 8 different 16-byte chunks.
+    offsets = evaluate(lay.forward, dict(zip(lay.vars, [np.arange(8), np.zeros(8, dtype=np.int64)])))
+    assert len({int(o) // 4 % 8 for o in offsets}) == 8
+    k = tilelang.compile(_gemm_kernel(64, 64, 32, "float32", trans_a=trans_a, trans_b=trans_b), target="sm_80")
+    src = k.get_kernel_source()
+    assert re.search(r"tl::gemm_ss<64, 64, 32, [^>]*, 3, 3(, \d+)*>", src), src
+    cuda.compile_object(src, k.target)
 
 
 @pytest.mark.parametrize("kind", ["rs", "sr"])

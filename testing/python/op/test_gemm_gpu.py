@@ -90,6 +90,17 @@ def test_transposes(trans_a, trans_b):
     assert (C.double() - ref).norm() / ref.norm() < 1e-3
 
 
+@pytest.mark.parametrize("trans_a", [False, True])
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("kind", ["ss", "rs", "sr"])
+def test_tf32_swizzled_operands(trans_a, trans_b, kind):
+    # float32 tiles of 32- and 64-float rows, swizzled in 4-float chunks, read by mma.sync (wgmma takes
+    # tf32 only K-major: trans_a False and trans_b True, from shared memory).
+    A, B, ref = _inputs(192, 128, 128, "float32", trans_a, trans_b)
+    C = matmul(192, 128, 128, 64, 64, 32, "float32", "float32", "float32", trans_a, trans_b, kind=kind)(A, B)
+    assert (C.double() - ref).norm() / ref.norm() < 1e-3
+
+
 @pytest.mark.parametrize("policy", [0, 1, 2])
 @pytest.mark.parametrize("kind", ["ss", "rs", "sr"])
 def test_policies_and_operand_places(policy, kind):

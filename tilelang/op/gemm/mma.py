@@ -128,20 +128,25 @@ def _fragment_b(g, w: _WarpTiles) -> fl.Fragment:
 def swizzle_bits(region) -> int:
     """Bits of the 16-byte-chunk swizzle the template reads a shared operand with (0: row-major).
 
-    16-bit operands are read with ldmatrix, 8 rows of one 16-byte chunk column at a time; XOR-ing
-    the chunk index with the row bits spreads those rows over all banks (CuTe's Swizzle<B, 3, 3>).
+    16-bit operands are read with ldmatrix, 8 rows of one 16-byte chunk column at a time; 32-bit
+    ones (tf32, int32) one element a lane, 8 rows of one column (or 4 of one chunk) at a time. XOR-ing
+    the chunk index with the row bits spreads those rows over all banks (CuTe's Swizzle<B, 3, 3> for
+    16-bit elements, <B, 2, 3> for 32-bit): unswizzled, a float32 tile of 256-float rows puts 8 rows
+    in one bank (the public mHC pre-norm GEMM: 2.3x the wheel's time).
     """
     buf = region.buffer
-    if buf.scope() == "local.fragment" or dtype_bits(str(buf.dtype)) != 16:
+    bits_of = dtype_bits(str(buf.dtype))
+    if buf.scope() == "local.fragment" or bits_of not in (16, 32):
         return 0
+    chunk = 128 // bits_of  # elements per 16-byte chunk
     row = int(buf.shape[-1])
     total = 1
     for n in buf.shape:
         total *= int(n)
-    if row % 8:
+    if row % chunk:
         return 0
-    bits = min(3, max(0, (row // 8).bit_length() - 1))
-    while bits and total % (64 << bits):
+    bits = min(3, max(0, (row // chunk).bit_length() - 1))
+    while bits and total % ((chunk * 8) << bits):
         bits -= 1
     return bits
 
@@ -168,7 +173,7 @@ def shared_layouts(g, p: Plan | None = None) -> dict:
             continue
         bits = swizzle_bits(region)
         if bits:
-            out[region.buffer] = sl.swizzle(shape, 16, bits)
+            out[region.buffer] = sl.swizzle(shape, dtype_bits(str(region.buffer.dtype)), bits)
     return out
 
 
