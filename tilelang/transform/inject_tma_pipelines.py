@@ -9,9 +9,10 @@ TMA loads completing on those barriers (`pipelining/tma.py`):
              once the consumers freed it on its "empty" barrier) and the consumers' loop
              (`pipelining/consumer_loop.py`: consumer stages one iteration apart; each statement
              marked with its consumer stage and each stage release marked, for `place_wgmma_waits`,
-             which runs next); `warp_specialize` gives the producer its warpgroup after lowering. In 2-block clusters (`tl.pipeline_cluster`) the multicast copies load
-             half their boxes into both blocks, and the kernel records its clusters (the
-             `cluster_dims` intrinsic).
+             which runs next); `warp_specialize` gives the producer its warpgroup after lowering.
+             In 2-block clusters (`tl.pipeline_cluster`) the multicast copies load half their
+             boxes into both blocks, and the kernel records its clusters (the `cluster_dims`
+             intrinsic).
 
 Requires: `plan_pipelines`, a target with TMA. Guarantees: no loop of a TMA form is left; the
 multi-buffered tiles are used only inside their loop; a `tl.ws_consumer` region carries the marks
