@@ -221,6 +221,13 @@ def bits(value) -> int:
     return dtype(value).bits
 
 
+def bits_with_lanes(value) -> int:
+    """Width of one element in bits, vector lanes included (a buffer of float32x4 has 128-bit
+    elements once the vectorizer rewrote it)."""
+    d = dtype(value)
+    return d.bits * d.lanes
+
+
 # ---- an expression's dtype ----------------------------------------------------------------------
 # Code written for the public TileLang reads `x.dtype` of any expression (`assert val.dtype ==
 # T.uint8` in a dequantization helper given `B_local[i, j]`); TVM 0.27's expressions carry their

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from tilelang.dtypes import bits as dtype_bits
+from tilelang.dtypes import bits_with_lanes
 from tilelang.layout.fragment import substitute
 from tilelang.utils.ir import collect
 
@@ -30,7 +30,7 @@ def _padded(buf):
     dynamic shared tile of a known size)."""
     if buf.scope() != "shared.dyn" or len(buf.shape) != 1 or not isinstance(buf.shape[0], tirx.IntImm):
         return None
-    elem = max(dtype_bits(str(buf.dtype)) // 8, 1)
+    elem = max(bits_with_lanes(str(buf.dtype)) // 8, 1)  # (a tile the vectorizer made bfloat16x8: 16 bytes)
     size = int(buf.shape[0]) * elem
     if size % BLOCK == 0:
         return None

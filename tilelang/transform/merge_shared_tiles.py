@@ -51,11 +51,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-import tvm
 import tvm_ffi
 from tvm import ir, tirx
 
-from tilelang.dtypes import bits as dtype_bits
+from tilelang.dtypes import bits_with_lanes
 from tilelang.errors import CompilerError
 from tilelang.transform.common import kernels, replace_attrs
 from tilelang.utils.ir import block_sync, collect, const_int, is_block_barrier, seq
@@ -78,19 +77,14 @@ class Placement:
     last: int
 
 
-def _elem_bits(dtype) -> int:
-    """Bits of one element, vector lanes included (a tile vectorized to float32x4 has 128-bit elements)."""
-    return dtype_bits(str(dtype)) * tvm.DataType(str(dtype)).lanes
-
-
 def _size(tile) -> int:
     if len(tile.shape) != 1 or const_int(tile.shape[0]) is None:
         raise CompilerError(f"merge_shared_tiles: tile '{tile.name}' is not flat with a constant size: {tile.shape}")
-    return -(-const_int(tile.shape[0]) * _elem_bits(tile.dtype) // 8)
+    return -(-const_int(tile.shape[0]) * bits_with_lanes(tile.dtype) // 8)
 
 
 def _alignment(tile, size: int) -> int:
-    align = max(_MIN_ALIGN, int(tile.data_alignment), _elem_bits(tile.dtype) // 8)
+    align = max(_MIN_ALIGN, int(tile.data_alignment), bits_with_lanes(tile.dtype) // 8)
     return max(align, _BLOCK) if size % _BLOCK == 0 else align
 
 
@@ -246,9 +240,9 @@ def _merge_kernel(kernel, reuse: bool):
 
     def elems(buf, dtype) -> int:
         offset = moved[buf][1]
-        if offset * 8 % _elem_bits(dtype):
+        if offset * 8 % bits_with_lanes(dtype):
             raise CompilerError(f"merge_shared_tiles: '{buf.name}' at byte {offset}, not a multiple of {dtype}")
-        return offset * 8 // _elem_bits(dtype)
+        return offset * 8 // bits_with_lanes(dtype)
 
     def on_load(ld):
         if ld.source not in moved:

@@ -36,3 +36,16 @@ def test_tma_destinations_start_on_1024_bytes():
 def test_other_targets_pack_tiles_as_they_are():
     src = tilelang.compile(_two_tiles(), out_idx=[-1], target="sm_80").get_kernel_source()
     assert "buf_dyn_shmem_ptr)[(((int)threadIdx.x) + 3200)]" in src  # r right after x's 12800 bytes
+
+
+def test_a_tile_of_vectors_is_sized_by_its_lanes():
+    """A tile the vectorizer rewrote to 16-byte elements (bfloat16x8) of 4 KiB stays 4 KiB: its
+    size counts the lanes (it was taken for 2-byte elements, 512 bytes, and grown to 8 KiB)."""
+    from tvm import tirx
+
+    from tilelang.transform.align_shared_tiles import _padded
+
+    four_k = tirx.decl_buffer((256,), "bfloat16x8", "x", scope="shared.dyn")
+    assert _padded(four_k) is None
+    small = tirx.decl_buffer((16,), "float32x4", "r", scope="shared.dyn")  # 256 bytes: grown to 1 KiB
+    assert [int(n) for n in _padded(small).shape] == [64]
