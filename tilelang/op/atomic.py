@@ -153,6 +153,28 @@ def element_target(call):
     return address.args[0], value
 
 
+def vectorizable_add(call):
+    """The element a plain element add (`T.atomic_add(C[i, j], v)`, relaxed, no old value) adds to
+    when consecutive ones may go as one `T.atomic_addx2/x4` (a float16, bfloat16 or float32 element
+    of global memory), as a load; else None. A T.Parallel loop of such adds along contiguous
+    elements (a split-K GEMM's accumulator added to C) then issues a pair or quad per atomic."""
+    if not isinstance(call, ir.Call) or getattr(call.op, "name", "") != "tirx.call_extern":
+        return None
+    if str(call.args[0].value) != ELEMENT:
+        return None
+    target = call.args[1].args[0]
+    if target.source.scope() != "global" or str(target.source.dtype) not in VECTOR_DTYPES:
+        return None
+    return target
+
+
+def vector_add_call(first, values) -> ir.Call:
+    """`T.atomic_addx{len(values)}`: `values` added to the consecutive elements from `first` (a load of
+    global memory, aligned to the whole vector)."""
+    name = f"atomic_addx{len(values)}"
+    return _VECTOR[name].call({"shared": False}, tirx.address_of(first), *values)
+
+
 def addressed_element(call) -> tuple | None:
     """(the element an atomic call works on through its address argument, as a load; how many
     consecutive elements of its last dimension) for every atomic of this module (element and vector

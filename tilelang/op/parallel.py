@@ -39,8 +39,8 @@ from tilelang import intrinsics
 from tilelang.errors import at_span
 from tilelang.layout import fragment as fl
 from tilelang.layout.evaluate import NotEvaluable, evaluate, grid
+from tilelang.op import atomic, loop_indices
 from tilelang.op import copy as copy_op
-from tilelang.op import loop_indices
 from tilelang.op.loops import is_parallel, split_parallel_nest
 from tilelang.op.vectorize import mark_multiple_of, multiples, plan_vector_size, vector_guard
 from tilelang.utils.ir import collect, is_if_then_else
@@ -103,6 +103,7 @@ class LoopNode:
         spread, as does a loop reading a local buffer only at fixed indices (a broadcast)."""
         if self.accesses:
             return False
+
         def along_the_loop(load):
             used = [x for i in load.indices for x in collect(i, ir.Var)]
             return any(v.same_as(x) for v in self.vars for x in used)
@@ -550,8 +551,11 @@ def lower(loop, layout: fl.Fragment, ctx) -> tirx.Stmt:
             scalar = tirx.For(lane, tirx.const(0, "int32"), tirx.const(vec, "int32"), tirx.ForKind.SERIAL, body)
         body = _uniform_guards(body, lane)
         copy = _async_copy(body, lane, vec) if loop.annotations.get(copy_op.ASYNC_COPY) else None
+        adds = _vector_atomic(body, lane, vec) if copy is None else None
         if copy is not None:
             body = copy  # one cp.async per vector
+        elif adds is not None:
+            body = adds  # one T.atomic_addx2/x4 per vector
         else:
             body = tirx.For(lane, tirx.const(0, "int32"), tirx.const(vec, "int32"), tirx.ForKind.VECTORIZED, body)
     extent = size // vec
@@ -649,6 +653,26 @@ def _async_copy(body, lane, vec):
     valid = fl.substitute(ok, first) if ok is not None else tirx.const(True, "bool")
     call = intrinsics.CP_ASYNC.stmt({"bytes": nbytes}, dst, src, valid)
     return tirx.IfThenElse(guard, call, None) if guard is not None else call
+
+
+def _vector_atomic(body, lane, vec):
+    """The element adds of a vector's lanes (`plan_vector_size` let them through: each a plain
+    `T.atomic_add` into global memory, along the lanes) as one `T.atomic_addx{vec}` each, under the
+    body's guards (uniform over the lanes); None when the body has no such add."""
+    found = []
+
+    def on_eval(node):
+        first = atomic.vectorizable_add(node.value)
+        if first is None:
+            return node
+        found.append(node)
+        at = [{lane: tirx.const(k, "int32")} for k in range(vec)]
+        start = tirx.BufferLoad(first.source, [fl.substitute(i, at[0]) for i in first.indices])
+        values = [fl.substitute(node.value.args[2], lanes) for lanes in at]
+        return tirx.Evaluate(atomic.vector_add_call(start, values), span=node.span)
+
+    out = tvm_ffi.structural_map(body, [(tirx.Evaluate, on_eval)])
+    return out if found else None
 
 
 def _is_zero_value(expr) -> bool:

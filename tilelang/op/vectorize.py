@@ -28,6 +28,7 @@ import tvm_ffi
 from tvm import DataType, ir, tirx
 
 from tilelang.dtypes import bits as dtype_bits
+from tilelang.op import atomic
 from tilelang.utils.ir import collect, const_int, is_if_then_else
 
 MAX_VECTOR_BITS = 128
@@ -270,8 +271,18 @@ def plan_vector_size(loop_vars, extents, body, analyzer, limit: int = 0) -> int:
     sizes of the tensors it touches may be assumed multiples of it (`vector_guard`)."""
     var = loop_vars[-1]
     inner = const_int(extents[-1])
-    if inner is None or collect(body, tirx.Evaluate):
-        return 1  # unknown extent, or calls with side effects (atomics) that have no vector form
+    if inner is None:
+        return 1
+    calls = [e.value for e in collect(body, tirx.Evaluate)]
+    adds = [atomic.vectorizable_add(c) for c in calls]
+    if any(a is None for a in adds):
+        return 1  # calls with side effects that have no vector form
+    if adds:
+        # Element adds along the loop: 2 or 4 at a time (`parallel.lower` makes them one vector
+        # atomic), each into its own element.
+        if any(not _depends_on(_flat_offset(a.source, list(a.indices)), var) for a in adds):
+            return 1
+        limit = min(limit, 4) if limit else 4
     acc = _Accesses(body)
     # Memory accesses are at most 128 bits; values computed in registers (e.g. fp16 widened to fp32)
     # may be wider, as far as the code generator has a type for them (`register_lanes`).

@@ -360,3 +360,47 @@ def test_use_tma_errors_while_tracing():
             with T.Kernel(1, threads=128):
                 S = T.alloc_shared((64, 64), "float32")
                 T.atomic_add(X, S, use_tma=True, memory_order="release")
+
+
+def split_k_gemm(M=256, N=128, K=256, out_dtype="float32", splits=2):
+    """Each of `splits` blocks along z multiplies one slice of K and adds its accumulator to C with
+    element atomics in a T.Parallel loop (the public split-K GEMM's epilogue)."""
+    part = K // splits
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), splits, threads=128) as (bx, by, bz):
+            A_s = T.alloc_shared((128, 32), "float16")
+            B_s = T.alloc_shared((32, 128), "float16")
+            C_f = T.alloc_fragment((128, 128), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(part // 32, num_stages=2):
+                T.copy(A[by * 128, bz * part + k * 32], A_s)
+                T.copy(B[bz * part + k * 32, bx * 128], B_s)
+                T.gemm(A_s, B_s, C_f)
+            for i, j in T.Parallel(128, 128):
+                T.atomic_add(C[by * 128 + i, bx * 128 + j], C_f[i, j])
+
+    return main
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("out_dtype", ["float32", "float16"])
+def test_adds_along_contiguous_elements_go_two_at_a_time(arch, out_dtype):
+    """The accumulator holds column pairs: each pair is one T.atomic_addx2 (one 64-bit float atomic
+    on sm_90, a half2 atomic for float16), at half the atomics of one per element."""
+    k = tilelang.compile(split_k_gemm(out_dtype=out_dtype), target=arch)
+    src = k.get_kernel_source()
+    assert "tl::atomic_addx2<false>((&(C_ptr[" in src and "tl::atomic_add((&(C_ptr" not in src, src
+    cuda.compile_object(src, k.target, host_src=k.host_source)
+
+
+def test_adds_into_one_element_stay_one_at_a_time():
+    @T.prim_func
+    def main(X: T.Tensor((64, 64), "float32"), S: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=128):
+            for i, j in T.Parallel(64, 64):
+                T.atomic_add(S[i], X[i, j])
+
+    src = tilelang.compile(main, target="sm_90a").get_kernel_source()
+    assert "tl::atomic_add((&(S_ptr[" in src and "atomic_addx" not in src

@@ -236,3 +236,21 @@ def test_atomic_or_sets_each_threads_bit():
     weights = torch.tensor([1 << k for k in range(32)], dtype=torch.int64, device="cuda")
     ref = ((bits.view(-1, 32).long() * weights).sum(1) & 0xFFFFFFFF).to(torch.int64)
     assert torch.equal(mask.long() & 0xFFFFFFFF, ref)
+
+
+@pytest.mark.parametrize("out_dtype", ["float32", "float16"])
+@pytest.mark.parametrize("M", [256, 200])  # 200: the last row tile is partial (each pair guarded)
+def test_split_k_adds_in_pairs(out_dtype, M):
+    import sys
+
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from test_atomic import split_k_gemm
+
+    a = torch.randn(M, 256, device="cuda", dtype=torch.float16)
+    b = torch.randn(256, 128, device="cuda", dtype=torch.float16)
+    c = torch.zeros(M, 128, device="cuda", dtype=TORCH[out_dtype])
+    kernel = tilelang.compile(split_k_gemm(M=M, out_dtype=out_dtype, splits=4))
+    kernel(a, b, c)
+    want = (a.float() @ b.float()).to(TORCH[out_dtype])
+    tol = 1e-2 if out_dtype == "float32" else 5e-2
+    torch.testing.assert_close(c, want, rtol=tol, atol=tol)
