@@ -74,7 +74,7 @@ def test_gemm_splitk_atomic_generated_cuda(arch):
     assert src.count("__global__") == 4  # the zeroing kernel and the split-K kernel (declared, defined)
     # Tiles too small for wgmma (32 rows): mma.sync, fed by a cp.async pipeline.
     assert "tl::gemm_ss<32, 64, 128," in src and "tl::cp_async" in src
-    assert "tl::atomic_add(" in src
+    assert "tl::atomic_addx2<false>(" in src  # the accumulator's column pairs, one atomic each
     # Split z starts 2048 columns of A, 2048 rows of B (2048 x 4096 elements) further on.
     assert "blockIdx.z) * 2048)" in src and "blockIdx.z) * 8388608)" in src
 
@@ -87,7 +87,7 @@ def test_gemm_splitk_64_rows_on_hopper(combine):
     kernel = tilelang.compile(f, out_idx=[-1], target="sm_90a", pass_configs={"tl.check_barrier_protocol": True})
     src = kernel.get_kernel_source()
     assert "tl::wgmma_ss<64, 64, 128," in src and "tl::tma_load" in src
-    assert ("tl::atomic_add(" in src) == (combine == "atomic")
+    assert ("tl::atomic_addx2<false>(" in src) == (combine == "atomic")
     cuda.compile_object(src, kernel.target)
 
 
