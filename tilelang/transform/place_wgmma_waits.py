@@ -38,7 +38,8 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from tilelang.transform.common import Scope, mutate_with_scope
+from tilelang.op import base
+from tilelang.transform.common import Scope, collect, mutate_with_scope
 from tilelang.transform.pipelining import marks, wgmma_waits
 from tilelang.transform.pipelining.checks import tma_only_tiles
 from tilelang.transform.pipelining.consumer_loop import mma_flags
@@ -52,12 +53,14 @@ _FIXED_POINT_ROUNDS = 4
 def place_wgmma_waits(func: tirx.PrimFunc) -> tirx.PrimFunc:
     scope = Scope()
     tiles = tma_only_tiles(func.body)
+    # A statement reading a view (T.reshape / T.view) of a gemm's accumulator reads the accumulator.
+    aliases = [pair for op in map(base.parse, collect(func.body, tirx.Evaluate)) if op for pair in op.aliases()]
 
     def on_attr(node, recurse):
         if node.attr_key != WS_REGION:
             return recurse(node)
         thread = scope.threads["threadIdx.x"][0]
-        loop = _ConsumerLoop(thread, int(node.value), tiles)
+        loop = _ConsumerLoop(thread, int(node.value), tiles, aliases)
         parts = [
             tirx.AttrStmt(s.node, s.attr_key, s.value, loop.rewrite(s.body), span=s.span)
             if isinstance(s, tirx.AttrStmt) and s.attr_key == WS_CONSUMER
@@ -72,8 +75,8 @@ def place_wgmma_waits(func: tirx.PrimFunc) -> tirx.PrimFunc:
 class _ConsumerLoop:
     """The consumers' side of one warp-specialized pipeline: the loop and the runs around it."""
 
-    def __init__(self, thread, threads: int, tiles):
-        self.thread, self.threads, self.tiles = thread, threads, tiles
+    def __init__(self, thread, threads: int, tiles, aliases=()):
+        self.thread, self.threads, self.tiles, self.aliases = thread, threads, tiles, aliases
         self.manual = self.turns = False
         self.late = []  # the "empty" barriers the loop frees one iteration late
 
@@ -122,7 +125,7 @@ class _ConsumerLoop:
 
     def _steady(self, loop, body, flight):
         """One body of the loop planned from the groups in `flight`."""
-        w = wgmma_waits.Waits(self.thread, self.threads, self.flags, flight)
+        w = wgmma_waits.Waits(self.thread, self.threads, self.flags, flight, self.aliases)
         self.late = []
         out = []
         for key, st in enumerate(body):
@@ -145,7 +148,7 @@ class _ConsumerLoop:
     def _run(self, stmts) -> list:
         """A straight-line run before or after the loop, from nothing in flight to nothing in flight:
         the wait for everything comes before its releases, which then wait for nothing."""
-        w = wgmma_waits.Waits(self.thread, self.threads, self.flags)
+        w = wgmma_waits.Waits(self.thread, self.threads, self.flags, aliases=self.aliases)
         out, releases = [], []
         for key, st in enumerate(stmts):
             r = marks.parse_release(st)

@@ -20,12 +20,12 @@ from tilelang.utils.ir import collect, extern_name
 from tilelang.utils.target import determine_target
 
 
-def _gemm(stages, runs=None, user_wait=False, **options):
+def _gemm(stages, runs=None, user_wait=False, read_view=False, **options):
     """A 128 x 128 GEMM over K = 512 (with `runs`, that many times: the pipelined loop inside
     another loop), as `inject_tma_pipelines` leaves it."""
 
     @T.macro
-    def k_loop(A, B, A_s, B_s, C_f):
+    def k_loop(A, B, A_s, B_s, C_f, C_v):
         for k in T.Pipelined(8, num_stages=stages):
             T.copy(A[0, k * 64], A_s)
             T.copy(B[k * 64, 0], B_s)
@@ -34,6 +34,9 @@ def _gemm(stages, runs=None, user_wait=False, **options):
                 T.wait_wgmma(0)
             else:
                 T.gemm(A_s, B_s, C_f)
+            if read_view:  # the accumulator read through its reshaped view, in the same iteration
+                for r, h, c in T.Parallel(128, 2, 64):
+                    C_v[r, h, c] = T.max(C_v[r, h, c], 0)
 
     @T.prim_func
     def main(A: T.Tensor((128, 512), "float16"), B: T.Tensor((512, 128), "float16"), C: T.Tensor((128, 128), "float")):
@@ -41,12 +44,13 @@ def _gemm(stages, runs=None, user_wait=False, **options):
             A_s = T.alloc_shared((128, 64), "float16")
             B_s = T.alloc_shared((64, 128), "float16")
             C_f = T.alloc_fragment((128, 128), "float")
+            C_v = T.reshape(C_f, (128, 2, 64))
             T.clear(C_f)
             if runs is None:
-                k_loop(A, B, A_s, B_s, C_f)
+                k_loop(A, B, A_s, B_s, C_f, C_v)
             else:
                 for _ in T.serial(runs):
-                    k_loop(A, B, A_s, B_s, C_f)
+                    k_loop(A, B, A_s, B_s, C_f, C_v)
             T.copy(C_f, C)
 
     func = main.with_attr("target", determine_target("sm_90a"))
@@ -122,6 +126,12 @@ def test_a_loop_inside_a_loop_frees_the_last_iteration_it_left_after_each_run():
     # One late in the loop, so the iteration the last body leaves (7) is freed after the loop.
     assert len(_arrivals(loop)) == 1 and len(_arrivals(after.body)) == 2
     assert not _marked(after)
+
+
+def test_a_read_of_the_accumulator_through_a_view_waits_for_the_gemm():
+    # T.reshape gives the fragment another buffer over the same registers: reading it reads C_f.
+    loop = _consumer_loop(place_wgmma_waits(_gemm(3, read_view=True)))
+    assert _gemm_waits(loop) == [0]
 
 
 def test_a_gemm_the_user_made_asynchronous_keeps_the_users_waits():

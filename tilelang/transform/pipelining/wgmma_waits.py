@@ -58,8 +58,19 @@ def mma_of(stmt) -> base.Mma | None:
     return op.mma() if op is not None else None
 
 
-def buffers_of(stmt):
-    """(buffers `stmt` touches, buffers it writes), at tile-op level."""
+def buffers_of(stmt, aliases=()):
+    """(buffers `stmt` touches, buffers it writes), at tile-op level. `aliases`: the kernel's (view,
+    source) pairs (T.reshape, T.view): touching a view touches its source (a score fragment read
+    through its reshaped view reads the gemm's accumulator)."""
+    touched, written = _buffers_of(stmt)
+
+    def with_sources(bufs):
+        return bufs + [src for view, src in aliases if _has(bufs, view)]
+
+    return with_sources(touched), with_sources(written)
+
+
+def _buffers_of(stmt):
     touched = [ld.source for ld in collect(stmt, ir.TensorLoad)] + [r.source for r in collect(stmt, ir.TensorRegion)]
     written = [st.buffer for st in collect(stmt, tirx.BufferStore)]
     for call in collect(stmt, ir.Call):
@@ -84,10 +95,11 @@ class Waits:
     """Plans one straight-line run of statements of the `threads` threads whose index is `thread`,
     starting from the groups in `flight`."""
 
-    def __init__(self, thread, threads: int, flags, flight=()):
+    def __init__(self, thread, threads: int, flags, flight=(), aliases=()):
         self.thread, self.threads = thread, threads
         self.flags = flags  # flags(mma statement, wait) -> the statement with that wait
         self.flight = list(flight)
+        self.aliases = aliases  # the kernel's (view, source) pairs
 
     def async_mma(self, stmt):
         """The tensor-core work of `stmt` when it is a top-level op that may run asynchronously
@@ -127,7 +139,7 @@ class Waits:
             if case is None:
                 sides.append(None)
                 continue
-            inner = Waits(self.thread, hi - lo, self.flags)
+            inner = Waits(self.thread, hi - lo, self.flags, aliases=self.aliases)
             body = []
             for st in statements(case):
                 body += inner.statement(st, key, offset)
@@ -137,7 +149,7 @@ class Waits:
     def statement(self, stmt, key: int, offset: int = 0) -> list:
         g = self.async_mma(stmt)
         if g is None:
-            touched, written = buffers_of(stmt)
+            touched, written = buffers_of(stmt, self.aliases)
             out = self._wait_for(
                 lambda G: _has(touched, G.acc) or _has(written, G.a_regs) or any(_has(written, t) for t in G.reads)
             )
