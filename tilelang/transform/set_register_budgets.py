@@ -2,12 +2,12 @@
 back and the consumer warpgroups take them (`setmaxnreg`, sm_90a).
 
 Before:  tl.ws_producer_branch { producer }     tl.ws_consumer_branch (C threads) { consumers }
-After:   tl.ws_producer_branch { setmaxnreg_dec<40>; producer }
-         tl.ws_consumer_branch { setmaxnreg_inc<232>; consumers }            (C = 256)
+After:   tl.ws_producer_branch { setmaxnreg_dec<24>; producer }
+         tl.ws_consumer_branch { setmaxnreg_inc<240>; consumers }            (C = 256)
 
-The producer only issues TMA loads: it keeps 40 registers (24 beside three or more consumer
-warpgroups); the consumers share the rest of the 64K register file, up to 240 each, a multiple of
-8. Every warpgroup of the block asks, so the counts add up to at most what the block is launched
+The producer only issues TMA loads: it keeps 24 registers (40 beside a single consumer warpgroup,
+which gets 240 either way); the consumers share the rest of the 64K register file, up to 240 each,
+a multiple of 8. Every warpgroup of the block asks, so the counts add up to at most what the block is launched
 with (`check_register_budget` checks the user's own `T.set_max_nreg` the same way).
 
 The kernel's register hints (`collect_register_hints`, attribute `tl.register_hints`) change this:
@@ -45,8 +45,12 @@ _HINT_NAMES = {
 def register_budgets(consumer_threads: int) -> tuple[int, int]:
     """(producer, consumer) registers per thread after setmaxnreg, within the register file."""
     groups = consumer_threads // WARPGROUP
-    producer = 24 if groups >= 3 else 40
-    consumer = min(240, ((REGISTER_FILE // WARPGROUP - producer) // groups) // 8 * 8)
+    producer = 24 if groups >= 2 else 40  # (two consumers: 24 + 2 x 240, as the public TileLang)
+    # What the block is launched with, not the whole file: 640 threads get 96 registers each (65536 /
+    # 640 rounded down to a multiple of 8), so four consumer warpgroups beside a producer at 24 take
+    # 112, not the 120 a 64K split would give (setmaxnreg would then ask for more than the block has).
+    pool = (groups + 1) * launch_count(consumer_threads + WARPGROUP)
+    consumer = min(240, ((pool - producer) // groups) // 8 * 8)
     return producer, consumer
 
 

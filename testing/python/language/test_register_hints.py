@@ -51,7 +51,7 @@ def _asks(src):
 
 @pytest.mark.parametrize(
     "hint, expect",
-    [(None, [("dec", "40"), ("inc", "232")]), ("off", []), ("counts", [("dec", "24"), ("inc", "232")])],
+    [(None, [("dec", "24"), ("inc", "240")]), ("off", []), ("counts", [("dec", "24"), ("inc", "232")])],
 )
 def test_hints_set_the_warp_specialization_counts(hint, expect):
     kernel = tilelang.compile(pipelined_gemm(hint), out_idx=[2], target="sm_90a")

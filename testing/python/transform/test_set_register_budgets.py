@@ -31,7 +31,7 @@ def _kernel(consumer_threads, with_budgets):
     return tirx.PrimFunc([], tirx.SeqStmt(sides))
 
 
-@pytest.mark.parametrize("threads,expect", [(128, (40, 240)), (256, (40, 232)), (384, (24, 160))])
+@pytest.mark.parametrize("threads,expect", [(128, (40, 240)), (256, (24, 240)), (384, (24, 160)), (512, (24, 112))])
 def test_each_side_asks_for_its_registers(threads, expect):
     assert register_budgets(threads) == expect
     assert_ir_equal(set_register_budgets(_kernel(threads, False)), _kernel(threads, True))
@@ -64,8 +64,8 @@ def _asks(func):
     "hints, expect",
     [
         ({"producer": 24, "consumer": 240}, {"setmaxnreg_dec": 24, "setmaxnreg_inc": 240}),
-        ({"producer": 24}, {"setmaxnreg_dec": 24, "setmaxnreg_inc": 232}),  # the consumers keep their own
-        ({"consumer": 216}, {"setmaxnreg_dec": 40, "setmaxnreg_inc": 216}),
+        ({"producer": 24}, {"setmaxnreg_dec": 24, "setmaxnreg_inc": 240}),  # the consumers keep their own
+        ({"consumer": 216}, {"setmaxnreg_dec": 24, "setmaxnreg_inc": 216}),
         ({"none": 0}, {}),
         ({"none": 0, "producer": 24}, {}),
     ],
