@@ -7,6 +7,8 @@ After:   (kernel top) Q_shared_bar = T.alloc_shared((1,), "uint64")   # one per 
          __syncthreads()                   # the barrier is ready; earlier reads of Q_shared are done
          if tx == 0: tma_copy(Q[...], Q_shared, Q_shared_bar)
          mbarrier_wait(Q_shared_bar, 0)
+Back-to-back copies (K then V) share the steps: every init, one __syncthreads, every load, then
+the waits, so their loads are in flight together.
 
 A tile the TMA unit wrote needs no proxy fence before a wgmma reads it (`inject_tma_pipelines` drops it
 when every shared operand is such a tile). Copies inside loops are the pipeline's
@@ -22,6 +24,7 @@ Guarantees: every rewritten copy is a `tl.tma_copy` issued by thread 0 with its 
 
 from __future__ import annotations
 
+import tvm_ffi
 from tvm import tirx
 
 from tilelang.layout.fragment import substitute
@@ -47,6 +50,7 @@ def lower_tma_copies(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTI
     placeholder = tirx.decl_buffer((1 << 16,), "uint64", "tma_bars", scope="shared")
     tiles = []  # the tiles the current kernel's copies write, in order
     depth = [0]  # loops and conditions around the statement being visited
+    groups = []  # (init, issue, wait) of each rewritten copy, in order (`_issue_together`)
 
     def nested(node, recurse):
         depth[0] += 1
@@ -70,20 +74,14 @@ def lower_tma_copies(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTI
         ptr = barrier(placeholder, len(tiles))
         tiles.append(dst.buffer)
         init = seq([extern("tl::mbarrier_init", ptr, 1), extern("tl::fence_barrier_init")])
-        return seq(
-            [
-                tirx.IfThenElse(tx == 0, init, None),
-                extern("__syncthreads"),
-                tirx.IfThenElse(tx == 0, tma.make(src, dst, ptr), None),
-                extern("tl::mbarrier_wait", ptr, 0),
-            ]
-        )
+        groups.append((init, tma.make(src, dst, ptr), extern("tl::mbarrier_wait", ptr, 0), dst.buffer))
+        return tirx.AttrStmt(tx, _GROUP, tirx.const(len(groups) - 1, "int32"), tirx.Evaluate(0))
 
     def on_attr(attr, recurse):
         if not is_innermost_thread_extent(attr):
             return recurse(attr)
         tiles.clear()
-        body = recurse(attr)
+        body = _issue_together(recurse(attr), groups)
         if not tiles:
             return body
         name = f"{tiles[0].name}_bar" if len(tiles) == 1 else "tma_bars"
@@ -96,3 +94,46 @@ def lower_tma_copies(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTI
         {tirx.Evaluate: on_eval, tirx.For: nested, tirx.IfThenElse: nested, tirx.AttrStmt: on_attr},
     )
     return func.with_body(body)
+
+
+_GROUP = "tl.tma_copy_once"  # (while the pass runs) one rewritten copy: its init, issue and wait
+
+
+def _issue_together(body: tirx.Stmt, groups: list) -> tirx.Stmt:
+    """Each run of consecutive rewritten copies (K and V tiles loaded one after the other) as one
+    group: every barrier initialized, one __syncthreads, every load issued, then the waits. The
+    loads are in flight together: one TMA round trip before the first reader instead of one each."""
+
+    def flush(run, out):
+        if run:
+            tx = run[0].node
+            parts = [groups[int(r.value)] for r in run]
+            out.append(tirx.IfThenElse(tx == 0, seq([p[0] for p in parts]), None))
+            out.append(extern("__syncthreads"))
+            out.append(tirx.IfThenElse(tx == 0, seq([p[1] for p in parts]), None))
+            out.extend(p[2] for p in parts)
+            run.clear()
+
+    def on_seq(node):
+        out, run = [], []
+        for stmt in node.seq:
+            if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == _GROUP:
+                tile = groups[int(stmt.value)][3]
+                if any(groups[int(r.value)][3].same_as(tile) for r in run):
+                    flush(run, out)  # a tile loaded twice in a row: the second load after the first lands
+                run.append(stmt)
+            else:
+                flush(run, out)
+                out.append(stmt)
+        flush(run, out)
+        return seq(out)
+
+    def on_attr(node):
+        if node.attr_key != _GROUP:
+            return node
+        out = []
+        flush([node], out)
+        return seq(out)
+
+    body = tvm_ffi.structural_map(body, [(tirx.SeqStmt, on_seq)])
+    return tvm_ffi.structural_map(body, [(tirx.AttrStmt, on_attr)])

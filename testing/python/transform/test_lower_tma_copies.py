@@ -50,3 +50,28 @@ def _copy_in_a_loop():
 def test_a_copy_inside_a_loop_stays_element_wise():
     k = tilelang.compile(_copy_in_a_loop.factory(), out_idx=[-1], target="sm_90a")
     assert "tma_load" not in k.get_kernel_source()
+
+
+@tilelang.jit(out_idx=[-1])
+def _two_tiles():
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((64, 64), "float16")
+            B_s = T.alloc_shared((64, 64), "float16")
+            acc = T.alloc_fragment((64, 64), "float32")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.clear(acc)
+            T.gemm(A_s, B_s, acc)
+            T.copy(acc, C)
+
+    return main
+
+
+def test_back_to_back_copies_are_in_flight_together():
+    src = tilelang.compile(_two_tiles.factory(), out_idx=[-1], target="sm_90a").get_kernel_source()
+    # Both loads issued before either wait: one TMA round trip before the gemm, not two.
+    issue = [m.start() for m in re.finditer(r"tl::tma_load\(", src)]
+    waits = [m.start() for m in re.finditer(r"tl::mbarrier_wait\(\(&\(tma_bars_ptr\[\d\]\)\), 0\)", src)]
+    assert len(waits) == 2 and max(issue) < min(waits)
