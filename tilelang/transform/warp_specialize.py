@@ -29,6 +29,7 @@ from tilelang import intrinsics
 from tilelang.errors import CompilerError
 from tilelang.layout.fragment import substitute
 from tilelang.transform.common import Scope, collect, is_thread_extent, mutate_with_scope
+from tilelang.transform.pipelining import checks
 from tilelang.transform.pipelining import tma as ptma
 from tilelang.transform.pipelining.checks import PRODUCER_THREADS
 from tilelang.utils.ir import extern, seq
@@ -65,19 +66,66 @@ def _replace_region(stmt, new):
     return tvm_ffi.structural_map(stmt, [(tirx.AttrStmt, lambda a: new if _is_region(a) else a)])
 
 
-def _path_only(stmt, leaf):
+def _var_reads(stmt) -> list:
+    return [ld.source for ld in collect(stmt, ir.TensorLoad) if checks.is_scalar_var(ld.source)]
+
+
+def _scalar_siblings(stmts, leaf, tx) -> set:
+    """Indices of the statements before the `tl.ws` region that compute T.alloc_var scalars the
+    producer reads (its trip count, its load coordinates), directly or through other such scalars.
+    The planner allowed them (`checks.scalar_prelude`): the producer runs its own copy."""
+    needed, keep = _var_reads(leaf), set()
+    for j in reversed(range(len(stmts))):
+        stores = [st.buffer for st in collect(stmts[j], tirx.BufferStore)]
+        if not any(w.same_as(b) for w in stores for b in needed):
+            continue
+        if not checks.scalar_prelude(stmts[j], tx):
+            names = sorted({b.name for b in needed if any(w.same_as(b) for w in stores)})
+            raise CompilerError(
+                f"warp specialization: the producer warpgroup reads {names}, which a statement it cannot run "
+                f"computes; compile with pass_configs={{'tl.disable_warp_specialized': True}}"
+            )
+        keep.add(j)
+        needed += _var_reads(stmts[j])
+    return keep
+
+
+def _own_copy(stmt):
+    """`stmt` with fresh loop and bound variables: the consumers run the same statement."""
+    fresh = {f.loop_var: tirx.Var(f"{f.loop_var.name}_p", f.loop_var.ty) for f in collect(stmt, tirx.For)}
+    fresh.update({b.var: tirx.Var(f"{b.var.name}_p", b.var.ty) for b in collect(stmt, tirx.Bind)})
+    if not fresh:
+        return stmt
+
+    def on_for(f):
+        return tirx.For(fresh[f.loop_var], f.min, f.extent, f.kind, f.body, f.thread_binding, f.annotations, f.step)
+
+    def on_bind(b):
+        return tirx.Bind(fresh[b.var], b.value)
+
+    stmt = tvm_ffi.structural_map(stmt, [(tirx.For, on_for), (tirx.Bind, on_bind)], order="post")
+    return substitute(stmt, fresh)
+
+
+def _path_only(stmt, leaf, tx=None):
     """What the producer runs of `stmt`: only the statements enclosing the `tl.ws` region (loops,
-    bindings, conditions), with the region replaced by `leaf`. Sibling work is the consumers'."""
+    bindings, conditions) and those computing the scalars it reads (`_scalar_siblings`), with the
+    region replaced by `leaf`. Other sibling work is the consumers'."""
     if _is_region(stmt):
         return leaf
     if isinstance(stmt, tirx.SeqStmt):
         kept, renamed = [], {}
-        for s in stmt.seq:
+        at = next(j for j, s in enumerate(stmt.seq) if _contains_region(s))
+        scalars = _scalar_siblings(list(stmt.seq)[:at], leaf, tx)
+        for j, s in enumerate(stmt.seq):
             if renamed:
                 s = substitute(s, renamed)
             if _contains_region(s):
-                kept.append(_path_only(s, substitute(leaf, renamed) if renamed else leaf))
+                kept.append(_path_only(s, substitute(leaf, renamed) if renamed else leaf, tx))
                 break
+            if j in scalars:
+                kept.append(_own_copy(s))
+                continue
             if isinstance(s, tirx.Bind):
                 # The consumer branch binds the same variable: the producer's copy gets its own.
                 var = tirx.Var(f"{s.var.name}_p", s.var.ty)
@@ -88,14 +136,14 @@ def _path_only(stmt, leaf):
         # The consumer branch has the same loop: the producer's copy gets its own variable.
         var = tirx.Var(f"{stmt.loop_var.name}_p", stmt.loop_var.ty)
         renamed = {stmt.loop_var: var}
-        body = _path_only(substitute(stmt.body, renamed), substitute(leaf, renamed))
+        body = _path_only(substitute(stmt.body, renamed), substitute(leaf, renamed), tx)
         return tirx.For(var, stmt.min, stmt.extent, tirx.ForKind.SERIAL, body)
     if isinstance(stmt, tirx.AttrStmt):
-        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, _path_only(stmt.body, leaf))
+        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, _path_only(stmt.body, leaf, tx))
     if isinstance(stmt, tirx.IfThenElse):
         if _contains_region(stmt.then_case):
-            return tirx.IfThenElse(stmt.condition, _path_only(stmt.then_case, leaf), None)
-        return tirx.IfThenElse(tirx.Not(stmt.condition), _path_only(stmt.else_case, leaf), None)
+            return tirx.IfThenElse(stmt.condition, _path_only(stmt.then_case, leaf, tx), None)
+        return tirx.IfThenElse(tirx.Not(stmt.condition), _path_only(stmt.else_case, leaf, tx), None)
     raise CompilerError(
         f"warp specialization: the pipelined loop sits inside a {type(stmt).__name__}, which the producer "
         f"warpgroup cannot follow; compile with pass_configs={{'tl.disable_warp_specialized': True}}"
@@ -152,7 +200,7 @@ def _specialize_kernel(attr):
     allocs, prelude, producer, consumer = _parts(region)
     rest, lead = _hoist_allocations(attr.body)
     producer = substitute(producer, {tx: tx - threads})
-    producer_side = _path_only(rest, producer)
+    producer_side = _path_only(rest, producer, tx)
     consumer_side = tirx.AttrStmt(tx, CONSUMER_BRANCH, threads, _replace_region(rest, consumer))
     # The two sides stay in sequence (producer first) until barriers are inserted: TVM's passes
     # see plain code (its barrier insertion refuses thread-dependent branches), and shared tiles

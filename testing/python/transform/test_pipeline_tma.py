@@ -204,10 +204,42 @@ def _gemm_with_a_computed_trip_count():
     return main
 
 
-def test_a_trip_count_in_a_register_keeps_every_thread_in_the_loop():
-    # The producer warpgroup would not have the consumers' `n`: TMA, but no warp specialization.
+def test_a_trip_count_in_a_register_the_producer_computes_itself():
+    # `n` depends on nothing but constants: the producer warpgroup runs the statements computing it.
+    k = tilelang.compile(_gemm_with_a_computed_trip_count.factory(), out_idx=[-1], target="sm_90a")
+    src = k.get_kernel_source()
+    assert "tl::tma_load" in src and "setmaxnreg" in src
+    assert src.count("n_ptr[0] = 0;") == 2 and "for (int i_load = 0; i_load < n_ptr[0]; ++i_load)" in src
+    cuda.compile_object(src, k.target)
+
+
+@tilelang.jit(out_idx=[-1])
+def _gemm_with_a_thread_dependent_trip_count():
+    @T.prim_func
+    def main(
+        A: T.Tensor((128, 256), "float16"), B: T.Tensor((256, 128), "float16"), C: T.Tensor((128, 128), "float32")
+    ):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((128, 64), "float16")
+            B_s = T.alloc_shared((64, 128), "float16")
+            C_f = T.alloc_fragment((128, 128), "float32")
+            tx = T.get_thread_binding()
+            n = T.alloc_var("int32", init=0)
+            n = 4 + tx // 1024  # reads the thread index: another warpgroup would get another value
+            T.clear(C_f)
+            for k in T.Pipelined(n, num_stages=2):
+                T.copy(A[0, k * 64], A_s)
+                T.copy(B[k * 64, 0], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C)
+
+    return main
+
+
+def test_a_trip_count_from_the_thread_index_keeps_every_thread_in_the_loop():
+    # The producer warpgroup could not compute the consumers' `n`: TMA, but no warp specialization.
     src = tilelang.compile(
-        _gemm_with_a_computed_trip_count.factory(), out_idx=[-1], target="sm_90a"
+        _gemm_with_a_thread_dependent_trip_count.factory(), out_idx=[-1], target="sm_90a"
     ).get_kernel_source()
     assert "tl::tma_load" in src and "setmaxnreg" not in src
 

@@ -182,16 +182,63 @@ def why_not(loop, producers, kernel: Kernel) -> str | None:
     return None
 
 
+def is_scalar_var(buffer) -> bool:
+    """Whether `buffer` is one register of each thread (T.alloc_var, a one-element T.alloc_local)."""
+    return buffer.scope() in ("local", "local.var") and all(const_int(e) == 1 for e in buffer.shape)
+
+
+def scalar_prelude(stmt, thread) -> bool:
+    """Whether `stmt` only computes T.alloc_var scalars, the same in every thread: it stores to
+    `is_scalar_var` buffers only, loads only global tensors and such scalars, calls only pure
+    functions, runs no tile op or extern statement, and does not read the thread index `thread`.
+    Another warpgroup can then run it for itself and get the same values."""
+    if collect(stmt, tirx.Evaluate):
+        return False
+    if not all(is_scalar_var(st.buffer) for st in collect(stmt, tirx.BufferStore)):
+        return False
+    if any(ld.source.scope() != "global" and not is_scalar_var(ld.source) for ld in collect(stmt, ir.TensorLoad)):
+        return False
+    if not all(is_pure_call(c) for c in collect(stmt, ir.Call)):
+        return False
+    return thread is None or not any(v.same_as(thread) for v in collect(stmt, ir.Var))
+
+
+def _replicable_var(buffer, loop, kernel: Kernel, seen=()) -> bool:
+    """Whether the producer warpgroup can compute the T.alloc_var `buffer` itself: the loop does not
+    write it, and every store to it in the kernel is a `scalar_prelude` (outside any condition on the
+    thread index) whose values read only such variables."""
+    if not is_scalar_var(buffer) or any(buffer.same_as(b) for b in seen):
+        return is_scalar_var(buffer)
+    if any(st.buffer.same_as(buffer) for st in collect(loop.body, tirx.BufferStore)):
+        return False
+    body = kernel.func.body
+    for cond in collect(body, tirx.IfThenElse):
+        if kernel.thread is not None and any(v.same_as(kernel.thread) for v in collect(cond.condition, ir.Var)):
+            if any(st.buffer.same_as(buffer) for st in collect(cond, tirx.BufferStore)):
+                return False
+    for st in collect(body, tirx.BufferStore):
+        if not st.buffer.same_as(buffer):
+            continue
+        if not scalar_prelude(st, kernel.thread):
+            return False
+        for ld in collect(st, ir.TensorLoad):
+            if is_scalar_var(ld.source) and not _replicable_var(ld.source, loop, kernel, (*seen, buffer)):
+                return False
+    return True
+
+
 def why_not_specialized(loop, producers, kernel: Kernel) -> str | None:
     """Why the loop cannot get a producer warpgroup (None: it can)."""
     if kernel.options.disable_warp_specialized:
         return "tl.disable_warp_specialized is set"
     # The producer runs only the loop: its trip count and load coordinates must not read values the
     # consumers' code computes into registers or shared memory (a T.alloc_var, a tile).
+    # A T.alloc_var computed before the loop from global tensors only (a range read from a table),
+    # the producer computes itself (`warp_specialize` copies the statements).
     reads = [loop.extent] + [load_of(p).src.to_ir() for p in producers]
     for node in reads:
         for ld in collect(node, ir.TensorLoad):
-            if ld.source.scope() != "global":
+            if ld.source.scope() != "global" and not _replicable_var(ld.source, loop, kernel):
                 return f"the loop's bounds or copy coordinates read '{ld.source.name}'"
     if not kernel.only_x:
         return "the kernel has threadIdx.y/z"
