@@ -209,6 +209,18 @@ struct Shape {
                 "(other multiples of 8 need TL_WGMMA_EXTENDED_N)");
 #endif
   static_assert(K % KStep == 0, "K must be a multiple of the instruction's K");
+  // Instruction t's 64-row block and K step. A synchronous call (Wait == 0) issues each row block's
+  // K steps together, so its first rows are final before the last block's instructions run: when
+  // ptxas serializes the wgmmas (accumulators spilled, "wgmma ... serialized"), the softmax of those
+  // rows overlaps them. Asynchronous calls keep K outermost (and every call with TL_WGMMA_K_FIRST,
+  // to compare the two orders).
+#ifdef TL_WGMMA_K_FIRST
+  static constexpr bool rows_first(int wait) { return false; }
+#else
+  static constexpr bool rows_first(int wait) { return wait == 0; }
+#endif
+  static constexpr int row_of(int t, int wait) { return rows_first(wait) ? t / KT : t % MI; }
+  static constexpr int k_of(int t, int wait) { return rows_first(wait) ? t % KT : t / MI; }
 };
 
 }  // namespace wgmma_detail
@@ -239,17 +251,14 @@ TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C, int wg, bool clear = Cl
   fence_operands<S::MI * S::Regs>(C);
   cute::warpgroup_arrive();
 #pragma unroll
-  for (int kt = 0; kt < S::KT; ++kt) {
+  for (int t = 0; t < S::MI * S::KT; ++t) {
+    const int mi = S::row_of(t, Wait), kt = S::k_of(t, Wait);
     const uint64_t db = step_b ? advance<!TransB, RowsB, SwzB, TB>(db0, 0, kt * KS)
                                : descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, kt * KS);
-#pragma unroll
-    for (int mi = 0; mi < S::MI; ++mi) {
-      const uint64_t da = step_a ? advance<TransA, RowsA, SwzA, TA>(da0, mi * 64, kt * KS)
-                                 : descriptor<TransA, RowsA, LdA, SwzA>(A, m0 + mi * 64, kt * KS);
-      const ScaleOut scale = (clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;
-      fma_ss<Atom>(da, db, C + mi * S::Regs * (sizeof(TC) == 2 ? 2 : 1), scale,
-                   std::make_index_sequence<S::Regs>{});
-    }
+    const uint64_t da = step_a ? advance<TransA, RowsA, SwzA, TA>(da0, mi * 64, kt * KS)
+                               : descriptor<TransA, RowsA, LdA, SwzA>(A, m0 + mi * 64, kt * KS);
+    const ScaleOut scale = (clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;
+    fma_ss<Atom>(da, db, C + mi * S::Regs * (sizeof(TC) == 2 ? 2 : 1), scale, std::make_index_sequence<S::Regs>{});
   }
   cute::warpgroup_commit_batch();
   if constexpr (Wait >= 0) cute::warpgroup_wait<Wait>();
@@ -283,15 +292,13 @@ TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C, int wg, bool clear = Cl
   fence_operands<S::MI * S::Regs>(C);
   cute::warpgroup_arrive();
 #pragma unroll
-  for (int kt = 0; kt < S::KT; ++kt) {
+  for (int t = 0; t < S::MI * S::KT; ++t) {
+    const int mi = S::row_of(t, Wait), kt = S::k_of(t, Wait);
     const uint64_t db = step_b ? advance<!TransB, RowsB, SwzB, TB>(db0, 0, kt * KS)
                                : descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, kt * KS);
-#pragma unroll
-    for (int mi = 0; mi < S::MI; ++mi) {
-      const ScaleOut scale = (clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;
-      fma_rs<Atom>(a[mi * S::KT + kt], db, C + mi * S::Regs * (sizeof(TC) == 2 ? 2 : 1), scale,
-                   std::make_index_sequence<S::Regs>{});
-    }
+    const ScaleOut scale = (clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;
+    fma_rs<Atom>(a[mi * S::KT + kt], db, C + mi * S::Regs * (sizeof(TC) == 2 ? 2 : 1), scale,
+                 std::make_index_sequence<S::Regs>{});
   }
   cute::warpgroup_commit_batch();
   if constexpr (Wait >= 0) cute::warpgroup_wait<Wait>();
