@@ -182,7 +182,7 @@ def test_without_a_producer_warpgroup_a_nested_pipelined_loop_keeps_cp_async():
 
 
 @tilelang.jit(out_idx=[-1])
-def _gemm_with_a_computed_trip_count():
+def _gemm_with_a_computed_trip_count(from_thread=False):
     @T.prim_func
     def main(
         A: T.Tensor((128, 256), "float16"), B: T.Tensor((256, 128), "float16"), C: T.Tensor((128, 128), "float32")
@@ -191,9 +191,13 @@ def _gemm_with_a_computed_trip_count():
             A_s = T.alloc_shared((128, 64), "float16")
             B_s = T.alloc_shared((64, 128), "float16")
             C_f = T.alloc_fragment((128, 128), "float32")
+            tx = T.get_thread_binding()
             n = T.alloc_var("int32", init=0)
-            for _ in T.serial(4):  # a value the threads compute, held in a register
-                n = n + 1
+            if from_thread:
+                n = 4 + tx // 1024  # reads the thread index: another warpgroup would get another value
+            else:
+                for _ in T.serial(4):  # a value the threads compute, held in a register
+                    n = n + 1
             T.clear(C_f)
             for k in T.Pipelined(n, num_stages=2):
                 T.copy(A[0, k * 64], A_s)
@@ -213,34 +217,10 @@ def test_a_trip_count_in_a_register_the_producer_computes_itself():
     cuda.compile_object(src, k.target)
 
 
-@tilelang.jit(out_idx=[-1])
-def _gemm_with_a_thread_dependent_trip_count():
-    @T.prim_func
-    def main(
-        A: T.Tensor((128, 256), "float16"), B: T.Tensor((256, 128), "float16"), C: T.Tensor((128, 128), "float32")
-    ):
-        with T.Kernel(1, threads=128):
-            A_s = T.alloc_shared((128, 64), "float16")
-            B_s = T.alloc_shared((64, 128), "float16")
-            C_f = T.alloc_fragment((128, 128), "float32")
-            tx = T.get_thread_binding()
-            n = T.alloc_var("int32", init=0)
-            n = 4 + tx // 1024  # reads the thread index: another warpgroup would get another value
-            T.clear(C_f)
-            for k in T.Pipelined(n, num_stages=2):
-                T.copy(A[0, k * 64], A_s)
-                T.copy(B[k * 64, 0], B_s)
-                T.gemm(A_s, B_s, C_f)
-            T.copy(C_f, C)
-
-    return main
-
-
 def test_a_trip_count_from_the_thread_index_keeps_every_thread_in_the_loop():
     # The producer warpgroup could not compute the consumers' `n`: TMA, but no warp specialization.
-    src = tilelang.compile(
-        _gemm_with_a_thread_dependent_trip_count.factory(), out_idx=[-1], target="sm_90a"
-    ).get_kernel_source()
+    func = _gemm_with_a_computed_trip_count.factory(from_thread=True)
+    src = tilelang.compile(func, out_idx=[-1], target="sm_90a").get_kernel_source()
     assert "tl::tma_load" in src and "setmaxnreg" not in src
 
 
