@@ -12,5 +12,5 @@ py=$(ls -d /root/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | head -1)
 [ -x /tmp/py312/bin/python ] || { "$py" -m venv /tmp/py312 && /tmp/py312/bin/pip install -q torch==2.13.0 numpy cloudpickle \
   tqdm typing_extensions psutil ml_dtypes; }
 [ -d /tmp/anchor ] || tar -C /tmp -xJf .gpu/peer/anchor.tar.xz
-PYTHONPATH=/tmp/anchor /tmp/py312/bin/python -c 'import tilelang; print("wheel", tilelang.__version__)'
+(cd /tmp && PYTHONPATH=/tmp/anchor /tmp/py312/bin/python -c 'import tilelang; print("wheel", tilelang.__version__)')
 echo "TILELANG_DEFAULT_TARGET='{\"kind\": \"cuda\", \"arch\": \"sm_90a\"}' PYTHONPATH=/tmp/anchor:. /tmp/py312/bin/python"
