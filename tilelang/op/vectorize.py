@@ -284,6 +284,10 @@ def plan_vector_size(loop_vars, extents, body, analyzer, limit: int = 0) -> int:
             return 1
         limit = min(limit, 4) if limit else 4
     acc = _Accesses(body)
+    if any(str(b.dtype) == "bool" for b, _ in acc.all):
+        # TVM's CUDA code generator writes a vector of 2 bools as a ushort2 (4 bytes over 2 one-byte
+        # elements): a mask fragment stored 2 at a time overwrote its neighbours' entries.
+        return 1
     # Memory accesses are at most 128 bits; values computed in registers (e.g. fp16 widened to fp32)
     # may be wider, as far as the code generator has a type for them (`register_lanes`).
     # (A load at the same address for every lane, such as a page index read from a table inside

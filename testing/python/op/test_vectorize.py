@@ -200,3 +200,23 @@ def test_a_fragment_held_along_rows_loads_from_shared_memory_in_vectors():
     assert re.search(r"nv_bfloat164 \w+ = \*\(nv_bfloat164\*\)\(b_s_ptr \+", src), src
     assert not re.search(r"b_l_local_ptr\[\w+\] = \(\(float\)", src)
     cuda.compile_object(src, tilelang.utils.target.determine_target("sm_90a"))
+
+
+def test_a_bool_fragment_is_written_one_element_at_a_time():
+    """A mask fragment computed along contiguous indices (the public sparse MLA forward's
+    `mask[i] = Indices[..., i] <= max_kv`): TVM writes a vector of 2 bools as a ushort2, 4 bytes over
+    2 one-byte entries, which overwrote the neighbours' (a silent wrong answer); bools stay scalar."""
+
+    @T.prim_func
+    def main(Idx: T.Tensor((4, 256), "int32"), Out: T.Tensor((4, 256), "float32")):
+        with T.Kernel(4, threads=128) as bx:
+            mask = T.alloc_fragment((256,), "bool")
+            acc = T.alloc_fragment((256,), "float32")
+            for i in T.Parallel(256):
+                mask[i] = Idx[bx, i] <= bx
+            for i in T.Parallel(256):
+                acc[i] = T.if_then_else(mask[i], 1.0, 0.0)
+            T.copy(acc, Out[bx, 0])
+
+    src = tilelang.compile(main, target="sm_90a").get_kernel_source()
+    assert "ushort2" not in src and re.search(r"mask_local_ptr\[\w+\] = \(", src), src
