@@ -218,3 +218,12 @@ def test_alignment_check_sees_every_descriptor_operand(monkeypatch):
     monkeypatch.setattr(check, "_offset_bytes", lambda p: seen.append(original(p)) or seen[-1])
     lower(_gemm_kernel(128, 128, 64, threads=256), SM90)  # (not tilelang.compile: its cache may skip lowering)
     assert len(seen) == 2 and all(offset is not None for offset, _ in seen)
+
+
+def test_the_log_says_when_an_mn_major_b_would_split_inside_a_panel(caplog):
+    """64 rows, 2 warpgroups side by side over a (K, 64) B of 64-column (128-byte) panels: each would
+    take 32 columns, half a panel. The debug log says so (it used to say no split fits the sizes)."""
+    g = _gemm(_gemm_kernel(64, 64, 64, threads=256))
+    with caplog.at_level("DEBUG", logger="tilelang"):
+        assert gemm_wgmma.plan(g, SM90, 256) is None
+    assert "split its 64 columns into 32 each, not whole panels" in caplog.text

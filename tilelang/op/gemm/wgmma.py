@@ -119,7 +119,7 @@ def plan(g, target, num_threads: int, options: CompileOptions | None = None) -> 
         return no("an operand is not a whole shared tile with rows of 16-byte multiples")
     num_wg = num_threads // 128
     n_sizes = N_SIZES + (EXTENDED_N_SIZES if pair in DTYPES else ())
-    fits = []
+    fits, panel_splits = [], []
     for wg_m in range(1, num_wg + 1):
         if num_wg % wg_m or g.M % (64 * wg_m):
             continue
@@ -127,8 +127,14 @@ def plan(g, target, num_threads: int, options: CompileOptions | None = None) -> 
         if g.N % wg_n or g.N // wg_n not in n_sizes:
             continue
         if wg_n > 1 and not g.trans_b and (g.N // wg_n) % (8 << swz_b):
-            continue  # an MN-major B must split at panel boundaries
+            panel_splits.append(g.N // wg_n)  # an MN-major B must split at panel boundaries
+            continue
         fits.append((wg_m, wg_n))
+    if not fits and panel_splits:
+        return no(
+            f"B is not transposed (MN-major) in panels of {8 << swz_b} columns, and {num_wg} warpgroups would "
+            f"split its {g.N} columns into {panel_splits[0]} each, not whole panels"
+        )
     if not fits:
         return no(f"{num_wg} warpgroups cannot tile {g.M} x {g.N} in 64-row wgmma with N in {n_sizes}")
     prefer_n = g.policy == GemmWarpPolicy.FullCol
