@@ -50,9 +50,9 @@ def main(threads=None):
             for cfg in (blocks, (32, 64, 64), (64, 128, 64)):
                 kernel = matmul(M, N, K, *cfg, dtype=dtype, accum_dtype="float32", num_stages=2)
                 torch.testing.assert_close(kernel(x, y), x @ y, rtol=1e-4, atol=1e-3)
-                t = median_ms(lambda kernel=kernel: kernel(x, y), 10)
+                t = median_ms(lambda kernel=kernel, x=x, y=y: kernel(x, y), 10)
                 best = t if best is None else min(best, t)
-            rows.append((f"gemm {dtype} {M}x{N}x{K}", "5x", best, median_ms(lambda: x @ y, 10)))
+            rows.append((f"gemm {dtype} {M}x{N}x{K}", "5x", best, median_ms(lambda x=x, y=y: x @ y, 10)))
     print(f"CPU: {os.cpu_count()} cores, {threads} threads; torch {torch.__version__}")
     print(f"{'kernel':<26}{'tilelang ms':>12}{'torch ms':>10}{'ours/torch':>12}{'target':>8}")
     for name, target, ours, ref in rows:

@@ -109,5 +109,6 @@ def main():
         print(f"{b:3d} {h:3d} {s:6d} {d:4d} {str(c):>6} {str(cfg):>20} {ours:9.0f} {flash:11.0f} {cudnn:11.0f} "
               f"{ours / flash:8.3f} {ours / cudnn:8.3f} {err:8.4f}")  # fmt: skip
 
+
 if __name__ == "__main__":
     main()

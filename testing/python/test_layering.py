@@ -80,9 +80,7 @@ def _edges():
 
 
 def test_every_import_goes_to_the_same_layer_or_below():
-    upward = [
-        f"{m} imports {t}" for m, t in _edges() if _level(_part(t)) > _level(_part(m))
-    ]
+    upward = [f"{m} imports {t}" for m, t in _edges() if _level(_part(t)) > _level(_part(m))]
     assert not upward, "imports from a lower layer to a higher one:\n" + "\n".join(sorted(upward))
 
 

@@ -69,7 +69,6 @@ from tilelang.language.allocate import (  # noqa: F401
     ptr,
 )
 from tilelang.language.annotations import Fragment, annotate_layout, use_swizzle  # noqa: F401
-from tilelang.language.eager import const, empty  # noqa: F401
 from tilelang.language.barriers import (  # noqa: F401
     alloc_barrier,
     annotate_consumer_reg_alloc,
@@ -90,6 +89,7 @@ from tilelang.language.barriers import (  # noqa: F401
     tma_copy,
 )
 from tilelang.language.builtins import *  # noqa: F401,F403  (T.clamp, T.access_ptr, T.sync_threads, ...)
+from tilelang.language.eager import const, empty  # noqa: F401
 from tilelang.language.kernel import (  # noqa: F401
     Kernel,
     get_block_binding,

@@ -22,8 +22,11 @@ from tvm.script import tirx as _script
 
 from tilelang.errors import UserError, describe_function
 from tilelang.language import annotations as annotations_mod
-from tilelang.language import loops, symbolics
-from tilelang.language import syntax  # noqa: F401 (tuple assignment, comparisons: the parser's rules)
+from tilelang.language import (
+    loops,
+    symbolics,
+    syntax,  # noqa: F401 (tuple assignment, comparisons: the parser's rules)
+)
 
 
 def prim_func(func=None, *, private=False, check_well_formed=True):

@@ -23,8 +23,8 @@ import itertools
 
 import tvm
 from tvm import ir, tirx
-from tvm.script.parser.core import dispatch, doc
 from tvm.script.ir_builder import tirx as _tb
+from tvm.script.parser.core import dispatch, doc
 
 from tilelang.errors import UserError
 
