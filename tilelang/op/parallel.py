@@ -18,7 +18,9 @@ such a fragment runs an element's iterations on its holders (`_following_packed`
 
 Lowering: a thread visits the iterations it owns by inverting the loop layout: register index r
 runs over the thread's iterations, `inverse(thread, r)` gives the logical iteration. The innermost
-`vector_size` registers become one vectorized loop.
+`vector_size` registers become one vectorized loop (a loop over a fragment's own shape takes the
+widest vector its accesses and the fragment's consecutive registers allow), or one cp.async / one
+T.atomic_addx2/x4 per vector when the body is a copy into shared memory or element adds.
 
 A loop over a dynamic extent (`T.Parallel(m)`, `T.dynamic`) has no layout: it runs in rounds over
 the threads, iteration e on thread e % threads (`lower_dynamic`), and may not touch fragments.

@@ -7,6 +7,9 @@ extent is a multiple of V, and every guard in the body is uniform over each vect
 for all V lanes at once). Values in registers (fragments, locals, casts) limit V to the widest
 vector of their type the code generator can hold (`register_lanes`), and a register read that is
 not a constant stride along the loop (`B_local[i, j // 2]`) to the lanes that read one element.
+Calls stop vectors, except plain element adds into global memory (`T.atomic_add(C[i, j], v)`), at
+most 4 lanes, each into its own element: `parallel.lower` issues each vector as one T.atomic_addx2/x4.
+Bools stay scalar: TVM writes a vector of them in a wider type than their bytes.
 
 Indices through `//` and `%` (an im2col tile's channel `(k * 64 + j) % C`): each aligned group of V
 values of the loop variable is looked at as `base + lane`; a `(base + lane) % c` with c a multiple
