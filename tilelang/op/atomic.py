@@ -139,14 +139,21 @@ def element_atomic_add(dst_load, value) -> tirx.Stmt:
 def is_element_atomic(call) -> bool:
     """Whether `call` is an element atomic that writes through the address among its arguments
     (`element_target`): a plain add, or an add/max/min with an order or returning the old value."""
-    if isinstance(call, ir.Call) and getattr(call.op, "name", "") == "tirx.call_extern":
-        return str(call.args[0].value) == ELEMENT
-    return intrinsics.lookup(call) in _ORDERED.values()
+    return _is_plain_add(call) or intrinsics.lookup(call) in _ORDERED.values()
+
+
+def _is_plain_add(call) -> bool:
+    """The relaxed element add that returns nothing: `tl::atomic_add(&dst, value)` (`element_call`)."""
+    return (
+        isinstance(call, ir.Call)
+        and getattr(call.op, "name", "") == "tirx.call_extern"
+        and str(call.args[0].value) == ELEMENT
+    )
 
 
 def element_target(call):
     """(the element an element atomic writes, as a load; the value it combines in)."""
-    if getattr(call.op, "name", "") == "tirx.call_extern":
+    if _is_plain_add(call):
         address, value = call.args[1], call.args[2]
     else:
         address, value = intrinsics.lookup(call).args(call)
@@ -158,11 +165,9 @@ def vectorizable_add(call):
     when consecutive ones may go as one `T.atomic_addx2/x4` (a float16, bfloat16 or float32 element
     of global memory), as a load; else None. A T.Parallel loop of such adds along contiguous
     elements (a split-K GEMM's accumulator added to C) then issues a pair or quad per atomic."""
-    if not isinstance(call, ir.Call) or getattr(call.op, "name", "") != "tirx.call_extern":
+    if not _is_plain_add(call):
         return None
-    if str(call.args[0].value) != ELEMENT:
-        return None
-    target = call.args[1].args[0]
+    target = element_target(call)[0]
     if target.source.scope() != "global" or str(target.source.dtype) not in VECTOR_DTYPES:
         return None
     return target

@@ -670,7 +670,8 @@ def _vector_atomic(body, lane, vec):
         found.append(node)
         at = [{lane: tirx.const(k, "int32")} for k in range(vec)]
         start = tirx.BufferLoad(first.source, [fl.substitute(i, at[0]) for i in first.indices])
-        values = [fl.substitute(node.value.args[2], lanes) for lanes in at]
+        value = atomic.element_target(node.value)[1]
+        values = [fl.substitute(value, lanes) for lanes in at]
         return tirx.Evaluate(atomic.vector_add_call(start, values), span=node.span)
 
     out = tvm_ffi.structural_map(body, [(tirx.Evaluate, on_eval)])

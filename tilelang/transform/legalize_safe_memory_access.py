@@ -32,12 +32,14 @@ from tilelang.transform.common import Scope, assume_sizes_nonnegative, mutate_wi
 from tilelang.utils.ir import dtype_of, is_if_then_else
 
 
-def _in_bounds(buffer, indices, scope):
-    """The conjunction of bound checks of `indices` on `buffer` that `scope` cannot prove."""
+def _in_bounds(buffer, indices, scope, lanes: int = 1):
+    """The conjunction of bound checks of `indices` on `buffer` that `scope` cannot prove; with
+    `lanes`, the elements from `indices` to `lanes - 1` further along the last dimension."""
     conds = []
-    for idx, extent in zip(indices, buffer.shape):
-        if not scope.provably(None, idx, extent):
-            conds.append(idx < extent)
+    for d, (idx, extent) in enumerate(zip(indices, buffer.shape)):
+        end = idx + (lanes - 1) if lanes > 1 and d == len(indices) - 1 else idx
+        if not scope.provably(None, end, extent):
+            conds.append(end < extent)
         if not scope.provably(0, idx, None):
             conds.append(idx >= 0)
     if not conds:
@@ -73,11 +75,7 @@ def legalize_safe_memory_access(func: tirx.PrimFunc) -> tirx.PrimFunc:
         the call with the loads in its indices and other arguments guarded)."""
         target, lanes = atomic.addressed_element(call)
         indices = [guard_loads(i) for i in target.indices]
-        cond = None
-        if _is_global(target.source):
-            cond = _in_bounds(target.source, indices, scope)
-            last = _in_bounds(target.source, indices[:-1] + [indices[-1] + (lanes - 1)], scope)
-            cond = last if cond is None else cond if last is None or lanes == 1 else tirx.And(cond, last)
+        cond = _in_bounds(target.source, indices, scope, lanes) if _is_global(target.source) else None
         address = tirx.address_of(tirx.BufferLoad(target.source, indices))
 
         def arg(a):

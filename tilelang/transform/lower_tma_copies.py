@@ -50,7 +50,7 @@ def lower_tma_copies(func: tirx.PrimFunc, options: CompileOptions = DEFAULT_OPTI
     placeholder = tirx.decl_buffer((1 << 16,), "uint64", "tma_bars", scope="shared")
     tiles = []  # the tiles the current kernel's copies write, in order
     depth = [0]  # loops and conditions around the statement being visited
-    groups = []  # (init, issue, wait) of each rewritten copy, in order (`_issue_together`)
+    groups = []  # (init, issue, wait, tile) of each rewritten copy, in order (`_issue_together`)
 
     def nested(node, recurse):
         depth[0] += 1

@@ -145,6 +145,8 @@ def _guard_not_shared(loop, load) -> str | None:
     statement that reads the tile must then run under the same condition, or it would read a stage
     no load filled."""
     cond = unguarded(load)[0]
+    if cond is None:
+        return None
     tile = load_of(load).dst.buffer
     for stmt in loop.body.seq if isinstance(loop.body, tirx.SeqStmt) else [loop.body]:
         if stmt.same_as(load) or not uses(stmt, tile):
@@ -168,8 +170,9 @@ def why_not(loop, producers, kernel: Kernel) -> str | None:
     for p in producers:
         load = load_of(p)
         src, dst = load.src, load.dst
-        if unguarded(p)[0] is not None and _guard_not_shared(loop, p):
-            return _guard_not_shared(loop, p)
+        why = _guard_not_shared(loop, p)
+        if why is not None:
+            return why
         if not load.tma:
             return f"{base.parse(p).describe()} is kept off TMA (disable_tma=True)"
         tile = tma.tile_of(src, dst)
@@ -207,8 +210,10 @@ def _replicable_var(buffer, loop, kernel: Kernel, seen=()) -> bool:
     """Whether the producer warpgroup can compute the T.alloc_var `buffer` itself: the loop does not
     write it, and every store to it in the kernel is a `scalar_prelude` (outside any condition on the
     thread index) whose values read only such variables."""
-    if not is_scalar_var(buffer) or any(buffer.same_as(b) for b in seen):
-        return is_scalar_var(buffer)
+    if not is_scalar_var(buffer):
+        return False
+    if any(buffer.same_as(b) for b in seen):
+        return True  # (a variable computed from itself: its other stores decide)
     if any(st.buffer.same_as(buffer) for st in collect(loop.body, tirx.BufferStore)):
         return False
     body = kernel.func.body
