@@ -195,11 +195,10 @@ TL_DEVICE void load_a(uint32_t (&a)[S::MI][4], const TA* A, int row0, int k0, in
     for (int r = 0; r < 4; ++r) {
       int row = row0 + mi * 16 + g + 8 * (r % 2);
       int col = k0 + (r / 2) * 4 * S::PA + t * S::PA;
-      if constexpr (sizeof(TA) == 4)  // one element a register, through the 32-bit swizzle (mma.py swizzle_bits)
-        a[mi][r] = pack<1>(A + (TransA ? tile_offset<Swz, LdA, 0, 4>(col, row)
-                                       : tile_offset<Swz, LdA, 0, 4>(row, col)), 1);
-      else
-        a[mi][r] = TransA ? pack<S::PA>(A + col * LdA + row, LdA) : pack<S::PA>(A + row * LdA + col, 1);
+      // (Swizzled here only for 32-bit elements, one a register: mma.py swizzle_bits.)
+      const TA* p = A + (TransA ? tile_offset<Swz, LdA, 0, 16 / sizeof(TA)>(col, row)
+                                : tile_offset<Swz, LdA, 0, 16 / sizeof(TA)>(row, col));
+      a[mi][r] = pack<S::PA>(p, TransA ? LdA : 1);
     }
 }
 
@@ -234,10 +233,10 @@ TL_DEVICE void load_b(uint32_t (&b)[S::NI][2], const TB* B, int col0, int k0, in
     for (int r = 0; r < 2; ++r) {
       int n = col0 + ni * 8 + g;
       int k = k0 + r * 4 * S::PB + t * S::PB;
-      if constexpr (sizeof(TB) == 4)  // one element a register, through the 32-bit swizzle (mma.py swizzle_bits)
-        b[ni][r] = pack<1>(B + (TransB ? tile_offset<Swz, LdB, 0, 4>(n, k) : tile_offset<Swz, LdB, 0, 4>(k, n)), 1);
-      else
-        b[ni][r] = TransB ? pack<S::PB>(B + n * LdB + k, 1) : pack<S::PB>(B + k * LdB + n, LdB);
+      // (Swizzled here only for 32-bit elements, one a register: mma.py swizzle_bits.)
+      const TB* p = B + (TransB ? tile_offset<Swz, LdB, 0, 16 / sizeof(TB)>(n, k)
+                                : tile_offset<Swz, LdB, 0, 16 / sizeof(TB)>(k, n));
+      b[ni][r] = pack<S::PB>(p, TransB ? 1 : LdB);
     }
 }
 

@@ -258,7 +258,8 @@ TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C, int wg, bool clear = Cl
     const uint64_t da = step_a ? advance<TransA, RowsA, SwzA, TA>(da0, mi * 64, kt * KS)
                                : descriptor<TransA, RowsA, LdA, SwzA>(A, m0 + mi * 64, kt * KS);
     const ScaleOut scale = (clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;
-    fma_ss<Atom>(da, db, C + mi * S::Regs * (sizeof(TC) == 2 ? 2 : 1), scale, std::make_index_sequence<S::Regs>{});
+    fma_ss<Atom>(da, db, C + mi * S::Regs * (sizeof(TC) == 2 ? 2 : 1), scale,
+                 std::make_index_sequence<S::Regs>{});
   }
   cute::warpgroup_commit_batch();
   if constexpr (Wait >= 0) cute::warpgroup_wait<Wait>();
