@@ -7,9 +7,14 @@ tile ops' semantics and the edge guards, not the GPU lowering).
 Every case ends as one of: ok; a wrong answer (a bug: keep the case as a test once fixed); an
 internal error (a bug); a UserError (acceptable when it names the user's kernel line: "-->"), or a
 UserError without a location (a diagnostics bug). The summary counts each; the failing cases are
-printed with their arguments so that one can be re-run alone (--only "family(args)").
+printed with their arguments (to re-run one: run_case(family, args, target, ...)).
 
-    python testing/fuzz/run_fuzz.py --seed 0 --cases 10000 --budget-s 3600      # on the H200
+With --jobs N the cases go to N worker processes (each compiles and runs its share; case k is worker
+k % N's, so the drawn cases do not depend on N); a worker that crashes or hangs in a case gets the case
+counted as an internal error and a fresh process for the rest. --resume with the same --log-dir goes
+on where a run stopped by --budget-s left off.
+
+    python testing/fuzz/run_fuzz.py --seed 0 --cases 10000 --jobs 16 --log-dir /tmp/fz   # on the H200
     python testing/fuzz/run_fuzz.py --seed 0 --cases 200 --compile-only          # anywhere
     python testing/fuzz/run_fuzz.py --seed 0 --cases 500 --device cpu            # numbers, anywhere
 """
@@ -17,9 +22,13 @@ printed with their arguments so that one can be re-run alone (--only "family(arg
 from __future__ import annotations
 
 import argparse
+import glob
+import json
 import os
 import random
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -148,6 +157,145 @@ def run_case(family, args, target, compile_only, device="cuda"):
     return "ok", ""
 
 
+def draw(seed: int, cases: int, family: str | None, compile_only: bool) -> list[tuple]:
+    """The run's cases, (index, family, arguments, target), in the order the seed gives them."""
+    rng = random.Random(seed)
+    families = [f for f in FAMILIES if family is None or f.__name__ == "_" + family]
+    drawn = []
+    for case in range(cases):
+        name, kw = rng.choice(families)(rng)
+        drawn.append((case, name, kw, rng.choice(["sm_80", "sm_89", "sm_90a"]) if compile_only else None))
+    return drawn
+
+
+def _cuda_broken() -> bool:
+    """Whether this process's CUDA context is lost (an illegal access is sticky: every later case would fail)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    try:
+        torch.cuda.synchronize()
+        return False
+    except Exception:  # noqa: BLE001 - any error here means the context is gone
+        return True
+
+
+def run_worker(cases: list[tuple], compile_only: bool, device: str, log: str) -> int:
+    """Runs `cases` in order, appending a line to `log` before ("start") and after ("case") each. Exits with 3
+    after a case that broke the CUDA context, so that the parent starts a fresh process for the rest."""
+    with open(log, "a") as out:
+        for case, family, kw, target in cases:
+            out.write(json.dumps({"start": case}) + "\n")
+            out.flush()
+            status, detail = run_case(family, kw, target, compile_only, device)
+            out.write(json.dumps({"case": case, "family": family, "args": kw, "target": target, "status": status,
+                                  "detail": detail}) + "\n")  # fmt: skip
+            out.flush()
+            if status in ("wrong", "internal") and device == "cuda" and _cuda_broken():
+                return 3
+    return 0
+
+
+def _read_log(path: str) -> tuple[dict, int | None]:
+    """(finished cases by index, the case started and not finished or None) from a worker's log."""
+    done, started = {}, None
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                except ValueError:  # a line cut by a kill
+                    continue
+                if "start" in entry:
+                    started = entry["start"]
+                else:
+                    done[entry["case"]] = entry
+                    started = None
+    return done, started
+
+
+def run_parallel(argv: list[str], cases: list[tuple], jobs: int, budget_s: float | None, case_timeout_s: float,
+                 log_dir: str, resume: bool = False) -> dict:  # fmt: skip
+    """Runs `cases` in `jobs` worker processes (case k in worker k % jobs), each a fresh interpreter running
+    this script with --worker; a worker that dies or hangs past `case_timeout_s` on a case gets that case
+    recorded as an internal error (in its log) and is restarted after it. With `resume`, the cases that
+    `log_dir` already holds count as run (a run stopped by its budget goes on). Returns the finished cases by
+    index."""
+    os.makedirs(log_dir, exist_ok=True)
+    if not resume:
+        for name in glob.glob(os.path.join(log_dir, "worker*.jsonl*")):
+            os.remove(name)
+    share = [[c for c in cases if c[0] % jobs == k] for k in range(jobs)]
+    procs: dict[int, subprocess.Popen] = {}
+
+    def start(k: int, after: int) -> None:
+        log = os.path.join(log_dir, f"worker{k}.jsonl")
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            *argv,
+            "--worker",
+            str(k),
+            "--after",
+            str(after),
+            "--log",
+            log,
+        ]
+        procs[k] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(log + ".err", "a"))
+
+    def lose(k: int, case: int, why: str) -> None:
+        """Records `case` as an internal error in worker k's log (where its "start" line is)."""
+        entry = next(c for c in share[k] if c[0] == case)
+        with open(os.path.join(log_dir, f"worker{k}.jsonl"), "a") as out:
+            out.write("\n" + json.dumps({"case": case, "family": entry[1], "args": entry[2], "target": entry[3],
+                                         "status": "internal", "detail": why}) + "\n")  # fmt: skip
+        print(f"[{case}] internal: {entry[1]}({entry[2]})\n    {why}", flush=True)
+
+    for k in range(jobs):  # a worker resumes after the last case its log holds (--resume keeps the logs)
+        done, _ = _read_log(os.path.join(log_dir, f"worker{k}.jsonl"))
+        if [c for c in share[k] if c[0] > max(done, default=-1)]:
+            start(k, max(done, default=-1))
+    began = reported = time.time()
+    while procs:
+        time.sleep(1.0)
+        if budget_s is not None and time.time() - began > budget_s:
+            break
+        if time.time() - reported > 60:
+            reported = time.time()
+            done = sum(len(_read_log(os.path.join(log_dir, f"worker{k}.jsonl"))[0]) for k in range(jobs))
+            print(f"{done} cases done in {reported - began:.0f} s", flush=True)
+        for k, proc in list(procs.items()):
+            log = os.path.join(log_dir, f"worker{k}.jsonl")
+            code = proc.poll()
+            _, started = _read_log(log)
+            if code is None:
+                idle = time.time() - os.path.getmtime(log) if os.path.exists(log) else 0.0
+                if started is not None and idle > case_timeout_s:
+                    proc.kill()
+                    proc.wait()
+                    lose(k, started, f"no result after {case_timeout_s:.0f} s (a hang): worker restarted")
+                    start(k, started)
+                continue
+            del procs[k]
+            if code == 0:
+                continue
+            done, _ = _read_log(log)
+            if started is not None:  # died inside a case
+                lose(k, started, f"the process died in this case (exit code {code})")
+                start(k, started)
+            elif code == 3 and done:  # left a broken CUDA context behind: go on in a fresh process
+                start(k, max(done))
+            else:
+                print(f"worker {k} exited with code {code}; see {log}.err", flush=True)
+    for proc in procs.values():
+        proc.kill()
+    finished = {}
+    for k in range(jobs):
+        finished.update(_read_log(os.path.join(log_dir, f"worker{k}.jsonl"))[0])
+    return finished
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, default=0)
@@ -156,31 +304,55 @@ def main():
     parser.add_argument("--compile-only", action="store_true", help="compile to CUDA only (no GPU needed)")
     parser.add_argument("--family", default=None, help="draw only this family (gemm, copy, ...)")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: run on the CPU target")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (each compiles and runs its cases)")
+    parser.add_argument("--case-timeout-s", type=float, default=300, help="with --jobs: a case running longer hangs")
+    parser.add_argument("--log-dir", default=None, help="with --jobs: the workers' logs (default: a temporary one)")
+    parser.add_argument("--resume", action="store_true", help="with --jobs and --log-dir: go on from those logs")
+    parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--after", type=int, default=-1, help=argparse.SUPPRESS)
+    parser.add_argument("--log", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     compile_only = args.compile_only
-    if not compile_only and args.device == "cuda":
+    if not compile_only and args.device == "cuda" and args.jobs == 1:
         import torch
 
         compile_only = not torch.cuda.is_available()
-    rng = random.Random(args.seed)
-    counts, failures, user_errors = {}, [], {}
+    cases = draw(args.seed, args.cases, args.family, compile_only)
+    if args.worker is not None:
+        mine = [c for c in cases if c[0] % args.jobs == args.worker and c[0] > args.after]
+        return run_worker(mine, compile_only, args.device, args.log)
     start = time.time()
-    families = [f for f in FAMILIES if args.family is None or f.__name__ == "_" + args.family]
-    for case in range(args.cases):
-        if args.budget_s is not None and time.time() - start > args.budget_s:
-            break
-        family, kw = rng.choice(families)(rng)
-        target = rng.choice(["sm_80", "sm_89", "sm_90a"]) if compile_only else None
-        status, detail = run_case(family, kw, target, compile_only, args.device)
+    if args.jobs > 1:
+        argv = [a for a in sys.argv[1:]]
+        finished = run_parallel(argv, cases, args.jobs, args.budget_s, args.case_timeout_s,
+                                args.log_dir or tempfile.mkdtemp(prefix="fuzz-"), args.resume)  # fmt: skip
+        results = [(e["case"], e["family"], e["args"], e["target"], e["status"], e["detail"])
+                   for _, e in sorted(finished.items())]  # fmt: skip
+    else:
+        results = []
+        for case, family, kw, target in cases:
+            if args.budget_s is not None and time.time() - start > args.budget_s:
+                break
+            status, detail = run_case(family, kw, target, compile_only, args.device)
+            results.append((case, family, kw, target, status, detail))
+            if status not in ("ok", "user"):
+                print(f"[{case}] {status}: {family}({kw}) target={target}\n    {detail}", flush=True)
+    return summarize(results, args.seed, compile_only, args.device, time.time() - start)
+
+
+def summarize(results: list[tuple], seed: int, compile_only: bool, device: str, seconds: float) -> int:
+    """Prints the counts, the failures (parallel runs) and the UserErrors by message; 1 if any case failed."""
+    counts, user_errors, failures = {}, {}, []
+    for case, family, kw, target, status, detail in results:
         counts[status] = counts.get(status, 0) + 1
         if status == "user":
             user_errors[detail[:90]] = user_errors.get(detail[:90], 0) + 1
         if status not in ("ok", "user"):
-            failures.append((case, family, kw, target, status, detail))
-            print(f"[{case}] {status}: {family}({kw}) target={target}\n    {detail}", flush=True)
-    total = sum(counts.values())
-    print(f"\n{total} cases in {time.time() - start:.0f} s (seed {args.seed}, "
-          f"{'compile only' if compile_only else f'run against torch on {args.device}'}): {counts}")  # fmt: skip
+            failures.append(f"[{case}] {status}: {family}({kw}) target={target}\n    {detail}")
+    print(f"\n{len(results)} cases in {seconds:.0f} s (seed {seed}, "
+          f"{'compile only' if compile_only else f'run against torch on {device}'}): {counts}")  # fmt: skip
+    for line in failures:
+        print(line)
     for text, n in sorted(user_errors.items(), key=lambda x: -x[1]):
         print(f"  UserError x{n}: {text}")
     return 1 if failures else 0

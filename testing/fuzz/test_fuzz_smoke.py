@@ -34,3 +34,20 @@ def test_every_family_matches_torch_on_the_cpu(family):
         name, kw = family(rng)
         status, detail = run_fuzz.run_case(name, kw, None, compile_only=False, device="cpu")
         assert status in ("ok", "user"), (name, kw, detail)
+
+
+def test_parallel_run_matches_the_sequential_one():
+    """--jobs splits the same drawn cases over worker processes: the summary is the sequential run's."""
+    import os
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_fuzz.py")
+    base = [sys.executable, script, "--seed", "5", "--cases", "8", "--device", "cpu"]
+    summaries = []
+    for extra in ([], ["--jobs", "2"]):
+        run = subprocess.run(base + extra, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stdout + run.stderr
+        summaries.append(next(line for line in run.stdout.splitlines() if " cases in " in line))
+    assert summaries[0].startswith("8 cases in ")
+    assert summaries[0].split("): ")[1] == summaries[1].split("): ")[1]

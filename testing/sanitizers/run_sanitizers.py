@@ -3,7 +3,7 @@ racecheck (shared-memory hazards between threads), synccheck (barriers not every
 invalid named-barrier use) and initcheck (reads of global memory nothing wrote), on the GPU machine.
 
 Each example folder's GPU tests (examples/<family>/test_*.py, marked gpu) run at their small test
-sizes in one pytest process per (tool, file) under `compute-sanitizer --tool <tool>`; the table at
+sizes in one pytest process per (tool, test function) under `compute-sanitizer --tool <tool>`; the table at
 the end says, per tool and example, "clean", the sanitizer's error count, or why it did not finish.
 
     python testing/sanitizers/run_sanitizers.py                      # every tool, every example
@@ -16,6 +16,8 @@ Sanitized kernels run 10-100x slower (racecheck the most): --timeout bounds each
 from __future__ import annotations
 
 import argparse
+import ast
+import concurrent.futures
 import glob
 import os
 import re
@@ -66,12 +68,35 @@ def verdict(returncode: int | None, output: str) -> str:
     return "clean"
 
 
+def test_functions(test_file: str) -> list[str]:
+    """The file's top-level test functions marked gpu (by a decorator or the module's pytestmark), each run
+    with all its parameters as one unit."""
+    with open(test_file) as f:
+        tree = ast.parse(f.read())
+    module_gpu = any(isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in node.targets)
+                     and "gpu" in ast.unparse(node.value) for node in tree.body)  # fmt: skip
+    return [node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
+            and (module_gpu or any("gpu" in ast.unparse(d) for d in node.decorator_list))]  # fmt: skip
+
+
+def merge(verdicts: list[str]) -> str:
+    """One example's verdict from its test functions': errors summed, else the first problem, else clean."""
+    errors = [int(v.split()[0]) for v in verdicts if v.endswith(" errors")]
+    if errors:
+        return f"{sum(errors)} errors"
+    problems = [v for v in verdicts if v not in ("clean", "no tests")]
+    if problems:
+        return problems[0]
+    return "clean" if "clean" in verdicts else "no tests"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tools", nargs="+", default=list(TOOLS), choices=TOOLS)
     parser.add_argument("--examples", nargs="+", default=None, help="example folders (default: all)")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per (tool, file)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per (tool, test function)")
     parser.add_argument("--quick", action="store_true", help="skip the larger cases (persistent GEMMs)")
+    parser.add_argument("--jobs", type=int, default=1, help="sanitizer processes at once (they share the GPU)")
     parser.add_argument("--log-dir", default=os.environ.get("OUT", "/tmp"), help="full sanitizer output here")
     args = parser.parse_args()
     files = sorted(glob.glob(os.path.join(ROOT, "examples", "*", "test_*.py")))
@@ -80,27 +105,35 @@ def main() -> int:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     # One kernel cache for all runs: each (tool, file) pays the compile once at most.
     env.setdefault("TILELANG_CACHE_DIR", os.path.join(args.log_dir, "sanitizer-cache"))
-    table = {}
-    for test_file in files:
-        name = os.path.relpath(test_file, os.path.join(ROOT, "examples"))
-        for tool in args.tools:
-            start = time.time()
-            try:
-                run = subprocess.run(command(tool, test_file, args.quick), cwd=os.path.dirname(test_file), env=env,
-                                     capture_output=True, text=True, timeout=args.timeout)  # fmt: skip
-                code, output = run.returncode, run.stdout + run.stderr
-            except subprocess.TimeoutExpired as e:
-                code, output = None, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else ""
-            table[(name, tool)] = verdict(code, output)
-            log = os.path.join(args.log_dir, f"sanitize-{tool}-{name.replace('/', '_')}.log")
-            with open(log, "w") as f:
-                f.write(output)
-            print(f"{name:52s} {tool:10s} {table[(name, tool)]:>24s} {time.time() - start:6.0f} s", flush=True)
+    # Tool by tool: the first tool's runs fill the kernel cache for the others'.
+    units = [(f, fn, tool) for tool in args.tools for f in files for fn in test_functions(f)]
+    name_of = {f: os.path.relpath(f, os.path.join(ROOT, "examples")) for f in files}
+
+    def run(unit):
+        test_file, function, tool = unit
+        start = time.time()
+        try:
+            done = subprocess.run(command(tool, f"{test_file}::{function}", args.quick), cwd=os.path.dirname(test_file),
+                                  env=env, capture_output=True, text=True, timeout=args.timeout)  # fmt: skip
+            code, output = done.returncode, done.stdout + done.stderr
+        except subprocess.TimeoutExpired as e:
+            code, output = None, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else ""
+        result = verdict(code, output)
+        log = os.path.join(args.log_dir, f"sanitize-{tool}-{name_of[test_file].replace('/', '_')}-{function}.log")
+        with open(log, "w") as f:
+            f.write(output)
+        print(f"{name_of[test_file] + '::' + function:72s} {tool:10s} {result:>20s} {time.time() - start:6.0f} s",
+              flush=True)  # fmt: skip
+        return result
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        results = dict(zip(units, pool.map(run, units)))
+    table = {(f, tool): merge([v for (uf, _, ut), v in results.items() if uf == f and ut == tool])
+             for f in files for tool in args.tools}  # fmt: skip
     print(f"\n{'example':52s} " + " ".join(f"{t:>12s}" for t in args.tools))
     for test_file in files:
-        name = os.path.relpath(test_file, os.path.join(ROOT, "examples"))
-        print(f"{name:52s} " + " ".join(f"{table[(name, t)]:>12s}" for t in args.tools))
-    return 0 if all(v == "clean" for v in table.values()) else 1
+        print(f"{name_of[test_file]:52s} " + " ".join(f"{table[(test_file, t)]:>12s}" for t in args.tools))
+    return 0 if all(v in ("clean", "no tests") for v in table.values()) else 1
 
 
 if __name__ == "__main__":
