@@ -13,6 +13,7 @@ import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
 from tilelang.engine.pipeline import lower
+from tilelang.errors import UserError
 from tilelang.layout import layout as sl
 from tilelang.layout.evaluate import evaluate, grid
 from tilelang.op import gemm as gemm_op
@@ -227,3 +228,14 @@ def test_the_log_says_when_an_mn_major_b_would_split_inside_a_panel(caplog):
     with caplog.at_level("DEBUG", logger="tilelang"):
         assert gemm_wgmma.plan(g, SM90, 256) is None
     assert "split its 64 columns into 32 each, not whole panels" in caplog.text
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_transposed_in_registers_is_the_users_error_on_hopper_too(dtype):
+    """A (K, M) fragment with transpose_A: wgmma_rs reads A as (M, K), so the plan leaves it to mma.sync,
+    which names it at the user's T.gemm line (the GPU fuzzer found it reaching nvcc's static_assert)."""
+    g = _gemm(_gemm_kernel(128, 128, 64, dtype=dtype, trans_a=True, kind="rs"))
+    assert gemm_wgmma.plan(g, SM90, 128) is None
+    with pytest.raises(UserError, match="an A operand in registers cannot be transposed") as err:
+        tilelang.compile(_gemm_kernel(128, 128, 64, dtype=dtype, trans_a=True, kind="rs"), target="sm_90a")
+    assert "-->" in str(err.value) and "T.gemm(A_s, B_s, C_f, trans_a, trans_b" in str(err.value)

@@ -113,6 +113,8 @@ def plan(g, target, num_threads: int, options: CompileOptions | None = None) -> 
     if g.b.buffer.scope() == "local.fragment":
         return no("B is in registers (wgmma reads B from shared memory)")
     a_in_regs = g.a.buffer.scope() == "local.fragment"
+    if a_in_regs and g.trans_a:  # mma.layouts names this at the user's line
+        return no("A is in registers and transposed (wgmma_rs reads A as (M, K))")
     swz_a = 0 if a_in_regs else _panel_bits(g.a)
     swz_b = _panel_bits(g.b)
     if swz_a is None or swz_b is None:
