@@ -9,13 +9,14 @@ internal error (a bug); a UserError (acceptable when it names the user's kernel 
 UserError without a location (a diagnostics bug). The summary counts each; the failing cases are
 printed with their arguments (to re-run one: run_case(family, args, target, ...)).
 
-With --jobs N the cases go to N worker processes (each compiles and runs its share; case k is worker
-k % N's, so the drawn cases do not depend on N); a worker that crashes or hangs in a case gets the case
-counted as an internal error and a fresh process for the rest. --resume with the same --log-dir goes
-on where a run stopped by --budget-s left off.
+With --jobs N the cases go to N worker processes (each compiles and runs every N-th case; the drawn
+cases do not depend on N); a worker that crashes or hangs in a case gets the case
+counted as an internal error and a fresh process for the rest. --resume with the same --log-dir runs the
+cases that a run stopped by --budget-s did not finish (with any --jobs).
 
     python testing/fuzz/run_fuzz.py --seed 0 --cases 10000 --jobs 16 --log-dir /tmp/fz   # on the H200
     python testing/fuzz/run_fuzz.py --seed 0 --cases 200 --compile-only          # anywhere
+    python testing/fuzz/run_fuzz.py --seed 0 --cases 200 --compile-only --build  # and nvcc
     python testing/fuzz/run_fuzz.py --seed 0 --cases 500 --device cpu            # numbers, anywhere
 """
 
@@ -125,14 +126,19 @@ def _tolerance(family, a):
     return 1e-2, 1e-2
 
 
-def run_case(family, args, target, compile_only, device="cuda"):
-    """('ok' | 'wrong' | 'internal' | 'user' | 'user-no-line', detail). `device` "cpu": run on the CPU target."""
+def run_case(family, args, target, compile_only, device="cuda", build=False):
+    """('ok' | 'wrong' | 'internal' | 'user' | 'user-no-line', detail). `device` "cpu": run on the CPU target;
+    `build` with `compile_only`: the device code through nvcc too."""
     factory = getattr(kernels, family)
     try:
         func = factory(**args)
         if compile_only:
             kernel = tilelang.compile(func, target=target)
-            kernel.get_kernel_source()
+            source = kernel.get_kernel_source()
+            if build:
+                from tilelang.codegen import cuda
+
+                cuda.compile_object(source, kernel.target)
             return "ok", ""
         import torch
 
@@ -181,14 +187,14 @@ def _cuda_broken() -> bool:
         return True
 
 
-def run_worker(cases: list[tuple], compile_only: bool, device: str, log: str) -> int:
+def run_worker(cases: list[tuple], compile_only: bool, device: str, log: str, build: bool = False) -> int:
     """Runs `cases` in order, appending a line to `log` before ("start") and after ("case") each. Exits with 3
     after a case that broke the CUDA context, so that the parent starts a fresh process for the rest."""
     with open(log, "a") as out:
         for case, family, kw, target in cases:
             out.write(json.dumps({"start": case}) + "\n")
             out.flush()
-            status, detail = run_case(family, kw, target, compile_only, device)
+            status, detail = run_case(family, kw, target, compile_only, device, build)
             out.write(json.dumps({"case": case, "family": family, "args": kw, "target": target, "status": status,
                                   "detail": detail}) + "\n")  # fmt: skip
             out.flush()
@@ -215,6 +221,15 @@ def _read_log(path: str) -> tuple[dict, int | None]:
     return done, started
 
 
+EARLIER = "earlier.jsonl"  # with --resume: the cases that earlier runs into the same folder finished
+
+
+def shares(cases: list[tuple], jobs: int, k: int, log_dir: str) -> list[tuple]:
+    """Worker k's cases: every jobs-th of those that no earlier run into `log_dir` finished."""
+    earlier = _read_log(os.path.join(log_dir, EARLIER))[0]
+    return [c for c in cases if c[0] not in earlier][k::jobs]
+
+
 def run_parallel(argv: list[str], cases: list[tuple], jobs: int, budget_s: float | None, case_timeout_s: float,
                  log_dir: str, resume: bool = False) -> dict:  # fmt: skip
     """Runs `cases` in `jobs` worker processes (case k in worker k % jobs), each a fresh interpreter running
@@ -223,10 +238,16 @@ def run_parallel(argv: list[str], cases: list[tuple], jobs: int, budget_s: float
     `log_dir` already holds count as run (a run stopped by its budget goes on). Returns the finished cases by
     index."""
     os.makedirs(log_dir, exist_ok=True)
-    if not resume:
-        for name in glob.glob(os.path.join(log_dir, "worker*.jsonl*")):
-            os.remove(name)
-    share = [[c for c in cases if c[0] % jobs == k] for k in range(jobs)]
+    earlier = os.path.join(log_dir, EARLIER)
+    if resume:  # the finished cases of the run(s) before go to one file; the rest is shared out afresh
+        done = _read_log(earlier)[0]
+        for name in sorted(glob.glob(os.path.join(log_dir, "worker*.jsonl"))):
+            done.update(_read_log(name)[0])
+        with open(earlier, "w") as out:
+            out.writelines(json.dumps(entry) + "\n" for _, entry in sorted(done.items()))
+    for name in glob.glob(os.path.join(log_dir, "worker*.jsonl*")) + ([] if resume else glob.glob(earlier)):
+        os.remove(name)
+    share = [shares(cases, jobs, k, log_dir) for k in range(jobs)]
     procs: dict[int, subprocess.Popen] = {}
 
     def start(k: int, after: int) -> None:
@@ -252,10 +273,9 @@ def run_parallel(argv: list[str], cases: list[tuple], jobs: int, budget_s: float
                                          "status": "internal", "detail": why}) + "\n")  # fmt: skip
         print(f"[{case}] internal: {entry[1]}({entry[2]})\n    {why}", flush=True)
 
-    for k in range(jobs):  # a worker resumes after the last case its log holds (--resume keeps the logs)
-        done, _ = _read_log(os.path.join(log_dir, f"worker{k}.jsonl"))
-        if [c for c in share[k] if c[0] > max(done, default=-1)]:
-            start(k, max(done, default=-1))
+    for k in range(jobs):
+        if share[k]:
+            start(k, -1)
     began = reported = time.time()
     while procs:
         time.sleep(1.0)
@@ -290,7 +310,7 @@ def run_parallel(argv: list[str], cases: list[tuple], jobs: int, budget_s: float
                 print(f"worker {k} exited with code {code}; see {log}.err", flush=True)
     for proc in procs.values():
         proc.kill()
-    finished = {}
+    finished = _read_log(os.path.join(log_dir, EARLIER))[0]
     for k in range(jobs):
         finished.update(_read_log(os.path.join(log_dir, f"worker{k}.jsonl"))[0])
     return finished
@@ -302,6 +322,7 @@ def main():
     parser.add_argument("--cases", type=int, default=200)
     parser.add_argument("--budget-s", type=float, default=None, help="stop after this many seconds")
     parser.add_argument("--compile-only", action="store_true", help="compile to CUDA only (no GPU needed)")
+    parser.add_argument("--build", action="store_true", help="with --compile-only: nvcc compiles each kernel too")
     parser.add_argument("--family", default=None, help="draw only this family (gemm, copy, ...)")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: run on the CPU target")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (each compiles and runs its cases)")
@@ -319,8 +340,8 @@ def main():
         compile_only = not torch.cuda.is_available()
     cases = draw(args.seed, args.cases, args.family, compile_only)
     if args.worker is not None:
-        mine = [c for c in cases if c[0] % args.jobs == args.worker and c[0] > args.after]
-        return run_worker(mine, compile_only, args.device, args.log)
+        mine = [c for c in shares(cases, args.jobs, args.worker, os.path.dirname(args.log)) if c[0] > args.after]
+        return run_worker(mine, compile_only, args.device, args.log, args.build)
     start = time.time()
     if args.jobs > 1:
         argv = [a for a in sys.argv[1:]]
@@ -333,7 +354,7 @@ def main():
         for case, family, kw, target in cases:
             if args.budget_s is not None and time.time() - start > args.budget_s:
                 break
-            status, detail = run_case(family, kw, target, compile_only, args.device)
+            status, detail = run_case(family, kw, target, compile_only, args.device, args.build)
             results.append((case, family, kw, target, status, detail))
             if status not in ("ok", "user"):
                 print(f"[{case}] {status}: {family}({kw}) target={target}\n    {detail}", flush=True)

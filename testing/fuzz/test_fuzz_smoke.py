@@ -36,18 +36,20 @@ def test_every_family_matches_torch_on_the_cpu(family):
         assert status in ("ok", "user"), (name, kw, detail)
 
 
-def test_parallel_run_matches_the_sequential_one():
-    """--jobs splits the same drawn cases over worker processes: the summary is the sequential run's."""
+def test_parallel_run_matches_the_sequential_one(tmp_path):
+    """--jobs splits the same drawn cases over worker processes: the summary is the sequential run's, also
+    for a run stopped by its budget and resumed with another number of workers."""
     import os
     import subprocess
     import sys
 
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_fuzz.py")
     base = [sys.executable, script, "--seed", "5", "--cases", "8", "--device", "cpu"]
+    logs = ["--log-dir", str(tmp_path)]
     summaries = []
-    for extra in ([], ["--jobs", "2"]):
+    for extra in ([], ["--jobs", "2"], ["--jobs", "2", "--budget-s", "0", *logs], ["--jobs", "3", "--resume", *logs]):
         run = subprocess.run(base + extra, capture_output=True, text=True, timeout=600)
-        assert run.returncode == 0, run.stdout + run.stderr
         summaries.append(next(line for line in run.stdout.splitlines() if " cases in " in line))
-    assert summaries[0].startswith("8 cases in ")
-    assert summaries[0].split("): ")[1] == summaries[1].split("): ")[1]
+        assert run.returncode == 0 or "--budget-s" in extra, run.stdout + run.stderr
+    assert summaries[0].startswith("8 cases in ") and summaries[3].startswith("8 cases in ")
+    assert summaries[0].split("): ")[1] == summaries[1].split("): ")[1] == summaries[3].split("): ")[1]

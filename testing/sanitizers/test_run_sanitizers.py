@@ -16,6 +16,26 @@ def test_command(monkeypatch):
     assert cmd[:3] == ["/cuda/bin/compute-sanitizer", "--tool", "racecheck"] and "--racecheck-report" in cmd
     assert cmd[cmd.index("-m", cmd.index("pytest") - 1) + 1] == "pytest" or "pytest" in cmd
     assert cmd[-2:] == ["-k", "not persistent"] and "examples/gemm/test_example_gemm.py" in cmd
+    exclude = cmd[cmd.index("--kernel-name-exclude") + 1]
+    assert exclude == "regex=" + rs.REFERENCE_KERNELS and "," not in exclude  # a comma separates keys
+    assert "--kernel-name-exclude" not in rs.command("memcheck", "t.py", quick=False, exclude=None)
+
+
+def test_reference_kernels_are_torchs_not_ours():
+    import re
+
+    ours = ["main", "main_kernel", "mla_decode_kernel", "gemv_kernel", "flash_fwd", "sm90_gemm", "topk_kernel"]
+    theirs = [
+        "nvjet_sm90_hsh_128x72_64x8_4x2_h_bz_NNT",
+        "fmha_cutlassF_f32_aligned_64x128_rf_sm80",
+        "_ZN2at6native29vectorized_elementwise_kernelILi4E",
+        "sm90_xmma_gemm_f16f16_f16f32",
+        "_ZN13pytorch_flash15flash_fwd_kernel",
+        "cudnn_generated_fort_native_sdpa_sm90",
+        "gemv2T_kernel_val",
+    ]
+    assert not [k for k in ours if re.search(rs.REFERENCE_KERNELS, k)]
+    assert all(re.search(rs.REFERENCE_KERNELS, k) for k in theirs)
 
 
 def test_merge_of_an_examples_functions():
