@@ -29,7 +29,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
+_SUMMARY = re.compile(r"(?:ERROR SUMMARY: |RACECHECK SUMMARY: \d+ hazards? displayed \()(\d+) error")
 
 
 def sanitizer() -> str:
@@ -43,19 +43,25 @@ def sanitizer() -> str:
     sys.exit("compute-sanitizer not found (on PATH or in $CUDA_HOME/bin)")
 
 
-# Kernels of the references the tests compare against (torch's own, cuBLAS, cuDNN, CUTLASS's fmha in
-# SDPA), by mangled name: not ours to check, most of a sanitized run's time, and racecheck reports
-# hazards in cuBLAS's warp-specialized nvjet kernels and the fmha ones that it cannot follow.
+# Kernels of the references the tests compare against, by mangled name: not ours to check. torch's
+# SDPA (CUTLASS fmha, flash, cuDNN) and elementwise kernels run unchecked (REFERENCE_KERNELS_UNCHECKED:
+# instrumenting them took most of a sanitized run's time). cuBLAS's are checked (racecheck with them
+# unchecked ended in "The Sanitizer failed to handle a hardware exception" in three GEMM tests), and
+# their reports are left out of the verdict: racecheck reports hazards in the warp-specialized nvjet
+# kernels that it cannot follow.
+REFERENCE_KERNELS_UNCHECKED = "fmha|pytorch_flash|cudnn|at6native|at4cuda"
 REFERENCE_KERNELS = (
-    "nvjet|xmma|cutlass|fmha|pytorch_flash|cudnn|cublas|at6native|at4cuda|^ampere_.*gemm"
-    "|gemv2[NT]_kernel|splitKreduce_kernel"
+    REFERENCE_KERNELS_UNCHECKED + "|nvjet|xmma|cutlass|cublas|^ampere_.*gemm|gemv2[NT]_kernel|splitKreduce"
 )
+PRINT_LIMIT = 200
+_REPORT = re.compile(r"^=+ (?:Error|Warning|Invalid|Uninitialized|Barrier|Program hit)")
+_WHERE = re.compile(r"^=+\s+(?:(?:Write|Read) Thread \([\d,]+\) )?at (\S+?)\+0x")
 
 
-def command(tool: str, test_file: str, quick: bool, exclude: str | None = REFERENCE_KERNELS) -> list[str]:
+def command(tool: str, test_file: str, quick: bool, exclude: str | None = REFERENCE_KERNELS_UNCHECKED) -> list[str]:
     """compute-sanitizer running one example test file's GPU tests in pytest (`exclude`: a regex of kernel
     names left unchecked; they still run)."""
-    flags = ["--tool", tool, "--error-exitcode", "99", "--print-limit", "20"]
+    flags = ["--tool", tool, "--error-exitcode", "99", "--print-limit", str(PRINT_LIMIT)]
     if exclude:
         flags += ["--kernel-name-exclude", f"regex={exclude}"]
     if tool == "racecheck":
@@ -70,7 +76,7 @@ def command(tool: str, test_file: str, quick: bool, exclude: str | None = REFERE
 
 def exclusion_works() -> bool:
     """Whether this compute-sanitizer takes `--kernel-name-exclude regex=` (CUDA 12.x and later do)."""
-    probe = [sanitizer(), "--kernel-name-exclude", f"regex={REFERENCE_KERNELS}", "--error-exitcode", "99",
+    probe = [sanitizer(), "--kernel-name-exclude", f"regex={REFERENCE_KERNELS_UNCHECKED}", "--error-exitcode", "99",
              sys.executable, "-c", "import torch; torch.ones(4, device='cuda').sum().item()"]  # fmt: skip
     try:
         return subprocess.run(probe, capture_output=True, timeout=300).returncode == 0
@@ -78,12 +84,30 @@ def exclusion_works() -> bool:
         return False
 
 
+def reports_by_kernel(output: str) -> dict[str, int]:
+    """The sanitizer's displayed reports counted by the kernel named in each (its first "at kernel+0x")."""
+    counts, open_report = {}, False
+    for line in output.splitlines():
+        if _REPORT.match(line):
+            open_report = True
+        elif open_report and (where := _WHERE.match(line)):
+            counts[where[1]] = counts.get(where[1], 0) + 1
+            open_report = False
+    return counts
+
+
 def verdict(returncode: int | None, output: str) -> str:
     if returncode is None:
         return "timeout"
-    errors = [int(n) for n in _SUMMARY.findall(output)]
-    if returncode == 99 or any(errors):
-        return f"{sum(errors)} errors"
+    if "Internal Sanitizer Error" in output:
+        return "sanitizer failed"
+    errors = sum(int(n) for n in _SUMMARY.findall(output))
+    if returncode == 99 or errors:
+        shown = reports_by_kernel(output)
+        ours = sum(n for kernel, n in shown.items() if not re.search(REFERENCE_KERNELS, kernel))
+        if ours or not shown or sum(shown.values()) >= PRINT_LIMIT or " failed" in output:
+            return f"{errors or ours} errors"
+        return "clean"  # every report names a reference kernel (cuBLAS)
     if returncode != 0:
         if "no tests ran" in output or "deselected" in output and " passed" not in output:
             return "no tests"
@@ -129,7 +153,7 @@ def main() -> int:
     # One kernel cache for all runs: each (tool, file) pays the compile once at most.
     env.setdefault("TILELANG_CACHE_DIR", os.path.join(args.log_dir, "sanitizer-cache"))
     # Tool by tool: the first tool's runs fill the kernel cache for the others'.
-    exclude = REFERENCE_KERNELS if exclusion_works() else None
+    exclude = REFERENCE_KERNELS_UNCHECKED if exclusion_works() else None
     print(f"reference kernels (torch, cuBLAS, cuDNN): {'not checked' if exclude else 'checked too'}", flush=True)
     units = [(f, fn, tool) for tool in args.tools for f in files for fn in test_functions(f)]
     name_of = {f: os.path.relpath(f, os.path.join(ROOT, "examples")) for f in files}

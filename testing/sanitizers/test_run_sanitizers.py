@@ -3,8 +3,26 @@
 import run_sanitizers as rs
 
 
+def _hazard(kernel):
+    return ("========= Error: Potential RAW hazard detected at __shared__ 0x388c0 in block (0,1,0) :\n"
+            f"=========     Write Thread (96,0,0) at {kernel}+0x35d0 in device.cu:315\n"
+            f"=========     Read Thread (224,0,0) at {kernel}+0x37b0 in device.cu:323\n")  # fmt: skip
+
+
 def test_verdicts():
     assert rs.verdict(0, "========= ERROR SUMMARY: 0 errors\n1 passed") == "clean"
+    ours, cublas = _hazard("mla_decode_kernel"), _hazard("nvjet_sm90_hsh_128x72_64x8_4x2_h_bz_NNT")
+    summary = "========= RACECHECK SUMMARY: 2 hazards displayed (448 errors, 0 warnings)\n1 passed"
+    assert rs.verdict(99, ours + cublas + summary) == "448 errors"
+    assert rs.verdict(99, cublas + cublas + summary) == "clean"  # only the reference's (cuBLAS) reports
+    assert rs.verdict(99, cublas + summary.replace("1 passed", "1 failed")) == "448 errors"
+    assert rs.reports_by_kernel(ours + cublas + cublas) == {
+        "mla_decode_kernel": 1,
+        "nvjet_sm90_hsh_128x72_64x8_4x2_h_bz_NNT": 2,
+    }
+    memcheck = "========= Invalid __global__ read of size 4 bytes\n=========     at main_kernel+0x1a0\n"
+    assert rs.verdict(99, memcheck + "========= ERROR SUMMARY: 1 error") == "1 errors"
+    assert rs.verdict(1, "========= Internal Sanitizer Error: The Sanitizer failed to handle") == "sanitizer failed"
     assert rs.verdict(99, "========= ERROR SUMMARY: 3 errors") == "3 errors"
     assert rs.verdict(None, "") == "timeout"
     assert rs.verdict(1, "FAILED test_x.py::test_y\n1 failed") == "test failed (rc 1)"
@@ -17,7 +35,7 @@ def test_command(monkeypatch):
     assert cmd[cmd.index("-m", cmd.index("pytest") - 1) + 1] == "pytest" or "pytest" in cmd
     assert cmd[-2:] == ["-k", "not persistent"] and "examples/gemm/test_example_gemm.py" in cmd
     exclude = cmd[cmd.index("--kernel-name-exclude") + 1]
-    assert exclude == "regex=" + rs.REFERENCE_KERNELS and "," not in exclude  # a comma separates keys
+    assert exclude == "regex=" + rs.REFERENCE_KERNELS_UNCHECKED and "," not in exclude  # a comma separates keys
     assert "--kernel-name-exclude" not in rs.command("memcheck", "t.py", quick=False, exclude=None)
 
 
@@ -36,6 +54,8 @@ def test_reference_kernels_are_torchs_not_ours():
     ]
     assert not [k for k in ours if re.search(rs.REFERENCE_KERNELS, k)]
     assert all(re.search(rs.REFERENCE_KERNELS, k) for k in theirs)
+    assert re.search(rs.REFERENCE_KERNELS_UNCHECKED, "fmha_cutlassF_f32_aligned_64x128_rf_sm80")
+    assert not re.search(rs.REFERENCE_KERNELS_UNCHECKED, "nvjet_sm90_hsh_128x72_64x8_4x2_h_bz_NNT")  # checked
 
 
 def test_merge_of_an_examples_functions():
