@@ -8,6 +8,7 @@ from the IR node's span. `CompilerError` is a bug in tilelang: it names the pass
 from __future__ import annotations
 
 import linecache
+import sys
 
 
 class UserError(ValueError):
@@ -53,3 +54,23 @@ def at_span(message: str, *spans) -> UserError:
     if locations:
         message = message + "\n" + "\n".join(locations)
     return UserError(message)
+
+
+def tracing_location() -> str:
+    """'file:line' and the source line of the kernel statement being traced (for warnings raised while
+    TVM's parser evaluates it: errors get theirs from the parser), or '' outside tracing. The parser's
+    frames hold the AST node they evaluate; the innermost one is the most precise."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        parser, node = frame.f_locals.get("self"), frame.f_locals.get("node")
+        source = getattr(getattr(parser, "diag", None), "source", None)
+        if source is not None and hasattr(source, "location") and hasattr(node, "lineno"):
+            try:
+                line = source.location(node)[0]
+            except Exception:  # noqa: BLE001 - a node the source cannot place: look further out
+                line = 0
+            if line:
+                text = linecache.getline(str(source.source_name), line).strip()
+                return f"  --> {source.source_name}:{line}" + (f"\n   | {text}" if text else "")
+        frame = frame.f_back
+    return ""

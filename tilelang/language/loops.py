@@ -13,7 +13,7 @@ import numbers
 
 from tvm.script.ir_builder import tirx as _tb
 
-from tilelang.errors import UserError
+from tilelang.errors import UserError, tracing_location
 from tilelang.log import hint_once, logger
 
 
@@ -121,10 +121,11 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
     if extent is not None and 0 < extent < num_stages:
         logger.warning(
             "T.Pipelined: num_stages=%d but the loop runs %d iterations: more stages than iterations overlap "
-            "no more loads; use num_stages <= %d",
+            "no more loads; use num_stages <= %d\n%s",
             num_stages,
             extent,
             extent,
+            tracing_location(),
         )
     ann = {"num_stages": int(num_stages)}
     if sync:
