@@ -1,7 +1,8 @@
-"""Linear attention examples: each main() against torch on the GPU and on the CPU target (small sizes,
-lengths that are not a multiple of the chunk among them), and the generated CUDA compiled by nvcc for
-sm_80 and sm_90a on any machine."""
+"""Linear attention and gated delta rule examples: each main() against torch on the GPU and on the CPU
+target (small sizes, lengths that are not a multiple of the chunk among them), the torch references
+against each other, and the generated CUDA compiled by nvcc for sm_80 and sm_90a on any machine."""
 
+import example_gated_delta_rule_fwd
 import example_linear_attn_fwd
 import pytest
 import torch
@@ -64,4 +65,44 @@ def test_generated_cuda_compiles(arch, decay):
         assert "tl::tma_load" in src and "tl::setmaxnreg_dec" in src
     else:  # the next chunk prefetched while this one computes
         assert "tl::cp_async" in src
+    cuda.compile_object(src, k.target, fast_math=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize(
+    "seq_len,dim_k,dim_v,block_V,num_stages",
+    [(256, 64, 64, 64, 1), (200, 64, 64, 64, 2), (1000, 128, 128, 64, 1), (333, 128, 64, 32, 2)],
+)
+def test_gated_delta_rule_fwd(dtype, seq_len, dim_k, dim_v, block_V, num_stages):
+    example_gated_delta_rule_fwd.main(2, 3, seq_len, dim_k, dim_v, dtype, 64, block_V, num_stages)
+
+
+@pytest.mark.parametrize(
+    "dtype,seq_len,dim_k,dim_v", [("float16", 200, 64, 64), ("bfloat16", 130, 128, 128), ("float16", 64, 128, 64)]
+)
+def test_gated_delta_rule_fwd_on_the_cpu(dtype, seq_len, dim_k, dim_v):
+    example_gated_delta_rule_fwd.main(1, 2, seq_len, dim_k, dim_v, dtype, device="cpu")
+
+
+def test_gated_delta_rule_references_agree():
+    """The chunked form (triangular solves) equals the token recurrence (float32, a partial last chunk)."""
+    inputs = example_gated_delta_rule_fwd.make_inputs(2, 3, 150, 32, 16, "float32", "cpu")
+    torch.testing.assert_close(
+        example_gated_delta_rule_fwd.ref_chunked(*inputs),
+        example_gated_delta_rule_fwd.ref_recurrent(*inputs),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("dim,num_stages", [(128, 1), (64, 2)])
+def test_gated_delta_rule_generated_cuda_compiles(arch, dim, num_stages):
+    f = example_gated_delta_rule_fwd.gated_delta_rule_fwd.factory(8, 32, 4096, dim, dim, "float16", None, 64, 64,
+                                                                  num_stages)  # fmt: skip
+    k = tilelang.compile(f, out_idx=[-1], target=arch, pass_configs={"tl.enable_fast_math": True})
+    src = k.get_kernel_source()
+    gemm = "tl::wgmma_" if arch == "sm_90a" else "tl::gemm_"
+    assert gemm + "ss<" in src and gemm + "rs<" in src  # T and the masked scores as A from registers
     cuda.compile_object(src, k.target, fast_math=True)
