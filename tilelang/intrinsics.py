@@ -157,8 +157,7 @@ GEMM_SP_RS = _define("gemm_sp_rs", _MMA_SP, "trans_a trans_b trans_e clear")
 GEMM_SP_SR = _define("gemm_sp_sr", _MMA_SP, "trans_a trans_b trans_e clear")
 GEMM_SP_RR = _define("gemm_sp_rr", _MMA_SP, "trans_a trans_b trans_e clear")
 
-# The per-warpgroup N that the wgmma template's base atoms provide; any other multiple of 8 needs
-# its extended atoms (a larger header, included only by kernels that use one).
+# The per-warpgroup N the wgmma planner takes for every operand type (op/gemm/wgmma.py N_SIZES).
 WGMMA_BASE_N = (8, 16, 32, 64, 96, 128, 192, 256)
 
 # Wait until at most `pending` of this thread's wgmma groups still run.

@@ -2,7 +2,7 @@
 
 Two translation units, compiled in parallel:
 - the device unit: the project's device headers and the `__global__` kernels from TVM's CUDA
-  codegen, compiled by `nvcc -cubin` (device code only: no host pass over the CuTe headers);
+  codegen, compiled by `nvcc -cubin` (device code only: no host pass over the device headers);
 - the host unit: the C++ launcher from TVM's `cuda_host` codegen (argument checks, grid sizes,
   launch on the stream torch is using, dynamic shared memory past 48 KB), compiled by the host
   C++ compiler. Its kernel references go through `tl_templates/host/launch.h`, which loads the
@@ -27,14 +27,15 @@ import time
 import tvm_ffi
 
 from tilelang import env
-from tilelang.codegen import fp8_arith, host_pch, libraries, register_counts, templates, vectors, workspace
+from tilelang.codegen import fp8_arith, host_pch, libraries, register_counts, templates, vectors, wgmma_isa, workspace
 from tilelang.utils.target import arch_of
 
 logger = logging.getLogger("tilelang")
 _build_utils = importlib.import_module("tvm.tirx.build")  # the module, not the function tvm.tirx.build
 
 # Device headers and the function names that need them; common.h always comes first. Only the
-# headers a kernel uses are included, since the CuTe-based ones cost seconds of nvcc time.
+# headers a kernel uses are included: nvcc reads each in every kernel. The wgmma instructions are
+# written into the source for the shapes the kernel issues (wgmma_isa.py), not taken from a header.
 _HEADERS = [
     ("tl::shfl_xor", "reduce.h"),
     ("tl::atomic_", "atomic.h"),
@@ -54,11 +55,11 @@ _HEADERS = [
 
 def _with_headers(code: str, kernels: dict) -> str:
     lines = ['#include "tl_templates/cuda/common.h"']
-    if any(k.extended_wgmma_n for k in kernels.values()):
-        lines.insert(0, "#define TL_WGMMA_EXTENDED_N 1  // a wgmma N only CuTe's extended atoms have")
     needed = [h for name, h in _HEADERS if name in code]
     lines += [f'#include "tl_templates/cuda/{h}"' for h in dict.fromkeys(needed)]  # each once, in order
-    return "\n".join(lines) + "\n" + code
+    # The wgmma instructions the kernels issue (gemm_wgmma.h's Instr, declared there).
+    instructions = wgmma_isa.definitions(f for k in kernels.values() for f in k.wgmma_forms)
+    return "\n".join(lines) + "\n" + instructions + code
 
 
 @contextlib.contextmanager

@@ -24,6 +24,8 @@ import tvm_ffi
 from tvm import ir, tirx
 
 from tilelang import intrinsics
+from tilelang.codegen import wgmma_isa
+from tilelang.errors import CompilerError
 
 
 def name(intrinsic: intrinsics.Intrinsic, template: dict) -> str:
@@ -42,7 +44,7 @@ class Kernel:
     """What the code generator adds around one `__global__` function, from its intrinsics."""
 
     cluster_dims: tuple | None = None  # (x, y, z) of a kernel launched in clusters
-    extended_wgmma_n: bool = False  # a wgmma N only the template's extended atoms have
+    wgmma_forms: set = field(default_factory=set)  # wgmma_isa.Form of each wgmma instruction it issues
     setmaxnreg: list = field(default_factory=list)  # [("inc" | "dec", registers)]
 
 
@@ -62,20 +64,36 @@ def spell(mod) -> tuple:
             if intrinsic is None:
                 return call
             template = intrinsic.template(call)
-            _note(facts, intrinsic, template)
+            _note(facts, intrinsic, template, intrinsic.args(call))
             return tirx.call_extern(str(call.ty.dtype), name(intrinsic, template), *intrinsic.args(call))
 
         funcs[gv] = func.with_body(tvm_ffi.structural_map(func.body, [(ir.Call, on_call)], order="post"))
     return ir.IRModule(funcs, attrs=mod.attrs), kernels
 
 
-def _note(facts: Kernel, intrinsic, template: dict) -> None:
+def _note(facts: Kernel, intrinsic, template: dict, args: list) -> None:
     if intrinsic is intrinsics.CLUSTER_DIMS:
         facts.cluster_dims = (template["x"], template["y"], template["z"])
     elif intrinsic in intrinsics.WGMMAS:
-        facts.extended_wgmma_n |= template["N"] // template["wg_n"] not in intrinsics.WGMMA_BASE_N
+        # Arguments A, B, C, ...: B is always a shared tile; A has B's element type.
+        n, b_dtype, c_dtype = template["N"] // template["wg_n"], _pointee(args[1]), _pointee(args[2])
+        facts.wgmma_forms.add(wgmma_isa.Form(n, b_dtype, c_dtype, intrinsic is intrinsics.WGMMA_RS))
     elif intrinsic in intrinsics.SETMAXNREGS:
         facts.setmaxnreg.append((intrinsic.name.rsplit("_", 1)[1], template["registers"]))
+
+
+def _buffer_of(load):
+    return load.source if hasattr(load, "source") else load.buffer
+
+
+def _pointee(ptr) -> str:
+    """The element type a pointer argument points to: &buffer[i] or tvm_access_ptr(type, ...)."""
+    if isinstance(ptr, tirx.Call) and ptr.op.same_as(ir.Op.get("tirx.address_of")):
+        load = ptr.args[0]  # a load of the element: TensorLoad (source) or BufferLoad (buffer)
+        return str(_buffer_of(load).dtype)
+    if isinstance(ptr, tirx.Call) and ptr.op.same_as(ir.Op.get("tirx.tvm_access_ptr")):
+        return str(ptr.args[0].dtype)
+    raise CompilerError(f"codegen: cannot tell the element type a wgmma operand points to: {ptr}")
 
 
 _SETMAXNREG = re.compile(r"tl::setmaxnreg_(inc|dec)<(\d+)>")

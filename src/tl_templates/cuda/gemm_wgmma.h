@@ -2,7 +2,8 @@
 //
 // Warpgroups (4 warps, 128 threads) tile C as WgM x WgN; each computes its (M / WgM) x (N / WgN)
 // part with wgmma.m64nNk16, N = N / WgN, one instruction per 64 rows and 16 of K. The instructions
-// are CuTe's atoms (cute/arch/mma_sm90_gmma.hpp). Shared operands are read through matrix
+// themselves (`Instr`) are written into each kernel's source by the code generator, for the shapes
+// and types it uses (tilelang/codegen/wgmma_isa.py). Shared operands are read through matrix
 // descriptors, so they must be laid out as tilelang/layout/layout.py `gmma_panels` says: the
 // contiguous dimension cut into panels of P = 8 << Swz elements (128/64/32 bytes), each panel all
 // rows of P elements with the hardware's swizzle. C's register layout (tilelang/op/gemm_wgmma.py):
@@ -15,11 +16,6 @@
 // visible to the tensor cores (fence.proxy.async); tiles only the TMA unit writes need none.
 #pragma once
 
-#include <cute/arch/mma_sm90_gmma.hpp>
-#ifdef TL_WGMMA_EXTENDED_N
-#include <cute/arch/mma_sm90_gmma_ext.hpp>
-#endif
-
 #include <type_traits>
 #include <utility>
 
@@ -28,90 +24,30 @@
 namespace tl {
 namespace wgmma_detail {
 
-using cute::SM90::GMMA::Major;
-using cute::SM90::GMMA::ScaleOut;
+// One wgmma.mma_async.m64nNk* of operand type TA into accumulators of type TC: static members
+// `ss<TransA, TransB>(a_desc, b_desc, d, scale_d)` (A from shared memory) and, where A may come from
+// registers, `rs<TransB>(a_regs, b_desc, d, scale_d)`. `d` points to the instruction's accumulator
+// registers (`Reg`: float, or 32-bit words holding two halves or one int32); scale_d 0 overwrites
+// them. TransA/TransB: the operand is MN-major in shared memory (16-bit types only). Defined by the
+// code generator for each instance a kernel uses.
+template <int N, typename TA, typename TC>
+struct Instr;
 
-// The CuTe atoms for one N and element types: `SS` (A from shared) and `RS` (A from registers).
-// 16-bit types read either operand K- or MN-major; tf32, fp8 and int8 read both K-major ("TN": the
-// PTX ISA transposes only .f16/.bf16 operands). Of those, tf32 also has the A-in-registers form
-// (wgmma.m64nNk8 reads A from four 32-bit registers); fp8 and int8 have none here.
-template <int N, typename TA, typename TC, Major MA, Major MB>
-struct Op;
+// Keeps a register where it is across this point (no access to it moves across, and its register
+// is not reused before): an empty asm that reads and writes it.
+TL_DEVICE void fence_register(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+TL_DEVICE void fence_register(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
 
-#define TL_WGMMA_OP(N, TA, TC, NAME)                                          \
-  template <Major MA, Major MB>                                              \
-  struct Op<N, TA, TC, MA, MB> {                                             \
-    using SS = cute::SM90::GMMA::MMA_64x##N##x16_##NAME##_SS<MA, MB>;        \
-    using RS = cute::SM90::GMMA::MMA_64x##N##x16_##NAME##_RS<Major::K, MB>;  \
-  };
-#define TL_WGMMA_TN_OP(N, KI, TA, TC, NAME, TARGS)                                                                       \
-  template <>                                                                                                   \
-  struct Op<N, TA, TC, Major::K, Major::K> {                                                                    \
-    using SS = cute::SM90::GMMA::MMA_64x##N##x##KI##_##NAME##_SS_TN TARGS;                                        \
-  };
-#define TL_WGMMA_TN_RS_OP(N, KI, TA, TC, NAME)                                 \
-  template <>                                                                 \
-  struct Op<N, TA, TC, Major::K, Major::K> {                                  \
-    using SS = cute::SM90::GMMA::MMA_64x##N##x##KI##_##NAME##_SS_TN<>;        \
-    using RS = cute::SM90::GMMA::MMA_64x##N##x##KI##_##NAME##_RS_TN<>;        \
-  };
-#define TL_WGMMA_OPS(N)                                                   \
-  TL_WGMMA_OP(N, half, float, F32F16F16)                                  \
-  TL_WGMMA_OP(N, __nv_bfloat16, float, F32BF16BF16)                       \
-  TL_WGMMA_OP(N, half, half, F16F16F16)                                   \
-  TL_WGMMA_TN_RS_OP(N, 8, float, float, F32TF32TF32)                      \
-  TL_WGMMA_TN_OP(N, 32, __nv_fp8_e4m3, float, F32E4M3E4M3, <>)            \
-  TL_WGMMA_TN_OP(N, 32, __nv_fp8_e5m2, float, F32E5M2E5M2, <>)            \
-  TL_WGMMA_TN_OP(N, 32, int8_t, int, S32S8S8, /* not a template */)
-TL_WGMMA_OPS(8)
-TL_WGMMA_OPS(16)
-TL_WGMMA_OPS(32)
-TL_WGMMA_OPS(64)
-TL_WGMMA_OPS(96)
-TL_WGMMA_OPS(128)
-TL_WGMMA_OPS(192)
-TL_WGMMA_OPS(256)
-// The other multiples of 8 (16-bit types only) come from CuTe's extended atoms, a header three times
-// the size of the base one: the code generator defines TL_WGMMA_EXTENDED_N only for kernels that
-// use one (codegen/cuda.py).
-#ifdef TL_WGMMA_EXTENDED_N
-#define TL_WGMMA_EXT_OPS(N)                                \
-  TL_WGMMA_OP(N, half, float, F32F16F16)                   \
-  TL_WGMMA_OP(N, __nv_bfloat16, float, F32BF16BF16)        \
-  TL_WGMMA_OP(N, half, half, F16F16F16)
-TL_WGMMA_EXT_OPS(24)
-TL_WGMMA_EXT_OPS(40)
-TL_WGMMA_EXT_OPS(48)
-TL_WGMMA_EXT_OPS(56)
-TL_WGMMA_EXT_OPS(72)
-TL_WGMMA_EXT_OPS(80)
-TL_WGMMA_EXT_OPS(88)
-TL_WGMMA_EXT_OPS(104)
-TL_WGMMA_EXT_OPS(112)
-TL_WGMMA_EXT_OPS(120)
-TL_WGMMA_EXT_OPS(136)
-TL_WGMMA_EXT_OPS(144)
-TL_WGMMA_EXT_OPS(152)
-TL_WGMMA_EXT_OPS(160)
-TL_WGMMA_EXT_OPS(168)
-TL_WGMMA_EXT_OPS(176)
-TL_WGMMA_EXT_OPS(184)
-TL_WGMMA_EXT_OPS(200)
-TL_WGMMA_EXT_OPS(208)
-TL_WGMMA_EXT_OPS(216)
-TL_WGMMA_EXT_OPS(224)
-TL_WGMMA_EXT_OPS(232)
-TL_WGMMA_EXT_OPS(240)
-TL_WGMMA_EXT_OPS(248)
-#undef TL_WGMMA_EXT_OPS
-#endif
-#undef TL_WGMMA_OPS
-#undef TL_WGMMA_TN_RS_OP
-#undef TL_WGMMA_TN_OP
-#undef TL_WGMMA_OP
+// The warpgroup's wgmma ordering points (PTX ISA: wgmma.fence, wgmma.commit_group, wgmma.wait_group).
+TL_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+TL_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int Pending>
+TL_DEVICE void wgmma_wait_group() {
+  static_assert(Pending >= 0 && Pending <= 7, "wgmma.wait_group takes 0 to 7 pending groups");
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
+}
 
-// Accumulator registers as the atoms take them: floats, int32 as uint32_t, or pairs of halves in
-// 32-bit registers.
+// Accumulator registers as the instructions take them: floats, or 32-bit words (int32, pairs of halves).
 template <typename TC>
 TL_DEVICE auto& acc(TC* c, int i) {
   if constexpr (sizeof(TC) == 2 || std::is_integral_v<TC>) {
@@ -121,14 +57,9 @@ TL_DEVICE auto& acc(TC* c, int i) {
   }
 }
 
-template <class Atom, typename TC, size_t... I>
-TL_DEVICE void fma_ss(uint64_t da, uint64_t db, TC* c, ScaleOut scale, std::index_sequence<I...>) {
-  Atom::fma(da, db, acc(c, I)..., scale);
-}
-
-template <class Atom, typename TC, size_t... I>
-TL_DEVICE void fma_rs(const uint32_t (&a)[4], uint64_t db, TC* c, ScaleOut scale, std::index_sequence<I...>) {
-  Atom::fma(a[0], a[1], a[2], a[3], db, acc(c, I)..., scale);
+template <typename TC>
+TL_DEVICE auto* regs(TC* c) {
+  return &acc(c, 0);
 }
 
 // Panel width in elements of a tile with the `Swz` swizzle (128, 64 or 32 bytes).
@@ -186,7 +117,7 @@ TL_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta
 template <int Count, typename TC>
 TL_DEVICE void fence_operands(TC* c) {
 #pragma unroll
-  for (int i = 0; i < Count; ++i) cute::warpgroup_fence_operand(acc(c, i));
+  for (int i = 0; i < Count; ++i) fence_register(acc(c, i));
 }
 
 // K of one instruction: 32 bytes of A's row (16 halves, 8 tf32, 32 fp8/int8 elements).
@@ -200,14 +131,7 @@ struct Shape {
   static constexpr int WGM = M / WgM, WGN = N / WgN, MI = WGM / 64, KT = K / KStep;
   static constexpr int Regs = WGN / (sizeof(TC) == 2 ? 4 : 2);  // accumulator registers per instruction
   static_assert(WGM % 64 == 0, "each warpgroup's rows must be a multiple of 64");
-#ifdef TL_WGMMA_EXTENDED_N
-  static_assert(WGN % 8 == 0 && WGN <= 256, "a warpgroup's columns must be a multiple of 8 up to 256");
-#else
-  static_assert(WGN == 8 || WGN == 16 || WGN == 32 || WGN == 64 || WGN == 96 || WGN == 128 || WGN == 192 ||
-                    WGN == 256,
-                "a warpgroup's columns must be one of 8, 16, 32, 64, 96, 128, 192, 256 "
-                "(other multiples of 8 need TL_WGMMA_EXTENDED_N)");
-#endif
+  static_assert(WGN % 8 == 0 && WGN >= 8 && WGN <= 256, "a warpgroup's columns must be a multiple of 8 up to 256");
   static_assert(K % KStep == 0, "K must be a multiple of the instruction's K");
   // Instruction t's 64-row block and K step. A synchronous call (Wait == 0) issues each row block's
   // K steps together, so its first rows are final before the last block's instructions run: when
@@ -240,8 +164,7 @@ TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C, int wg, bool clear = Cl
   using namespace wgmma_detail;
   constexpr int KS = k_step<TA>();
   using S = Shape<M, N, K, WgM, WgN, TC, KS>;
-  constexpr Major MA = TransA ? Major::MN : Major::K, MB = TransB ? Major::K : Major::MN;
-  using Atom = typename Op<S::WGN, TA, TC, MA, MB>::SS;
+  using I = Instr<S::WGN, TA, TC>;
   const int m0 = (wg % WgM) * S::WGM, n0 = (wg / WgM) * S::WGN;
   constexpr bool step_a = panel_aligned<TransA, S::WGM, SwzA, TA>();
   constexpr bool step_b = panel_aligned<!TransB, S::WGN, SwzB, TB>();
@@ -249,7 +172,7 @@ TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C, int wg, bool clear = Cl
   const uint64_t db0 = descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, 0);
   if constexpr (Fence) fence_proxy_async();
   fence_operands<S::MI * S::Regs>(C);
-  cute::warpgroup_arrive();
+  wgmma_fence();
 #pragma unroll
   for (int t = 0; t < S::MI * S::KT; ++t) {
     const int mi = S::row_of(t, Wait), kt = S::k_of(t, Wait);
@@ -257,12 +180,11 @@ TL_DEVICE void wgmma_ss(const TA* A, const TB* B, TC* C, int wg, bool clear = Cl
                                : descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, kt * KS);
     const uint64_t da = step_a ? advance<TransA, RowsA, SwzA, TA>(da0, mi * 64, kt * KS)
                                : descriptor<TransA, RowsA, LdA, SwzA>(A, m0 + mi * 64, kt * KS);
-    const ScaleOut scale = (clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;
-    fma_ss<Atom>(da, db, C + mi * S::Regs * (sizeof(TC) == 2 ? 2 : 1), scale,
-                 std::make_index_sequence<S::Regs>{});
+    // B's transpose immediate says "MN-major": a B of (K, N) (not TransB) is N-major.
+    I::template ss<TransA, !TransB>(da, db, regs(C) + mi * S::Regs, (clear && kt == 0) ? 0 : 1);
   }
-  cute::warpgroup_commit_batch();
-  if constexpr (Wait >= 0) cute::warpgroup_wait<Wait>();
+  wgmma_commit();
+  if constexpr (Wait >= 0) wgmma_wait_group<Wait>();
   fence_operands<S::MI * S::Regs>(C);
 }
 
@@ -280,8 +202,7 @@ TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C, int wg, bool clear = Cl
   constexpr int KS = k_step<TA>();
   using S = Shape<M, N, K, WgM, WgN, TC, KS>;
   static_assert(!TransA, "an A operand in registers is not transposed");
-  constexpr Major MB = TransB ? Major::K : Major::MN;
-  using Atom = typename Op<S::WGN, TA, TC, Major::K, MB>::RS;
+  using I = Instr<S::WGN, TA, TC>;
   const int n0 = (wg / WgM) * S::WGN;
   constexpr bool step_b = panel_aligned<!TransB, S::WGN, SwzB, TB>();
   const uint64_t db0 = descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, 0);
@@ -291,18 +212,16 @@ TL_DEVICE void wgmma_rs(const TA* A, const TB* B, TC* C, int wg, bool clear = Cl
   fence_operands<S::MI * S::KT * 4>(&a[0][0]);
   if constexpr (Fence) fence_proxy_async();
   fence_operands<S::MI * S::Regs>(C);
-  cute::warpgroup_arrive();
+  wgmma_fence();
 #pragma unroll
   for (int t = 0; t < S::MI * S::KT; ++t) {
     const int mi = S::row_of(t, Wait), kt = S::k_of(t, Wait);
     const uint64_t db = step_b ? advance<!TransB, RowsB, SwzB, TB>(db0, 0, kt * KS)
                                : descriptor<!TransB, RowsB, LdB, SwzB>(B, n0, kt * KS);
-    const ScaleOut scale = (clear && kt == 0) ? ScaleOut::Zero : ScaleOut::One;
-    fma_rs<Atom>(a[mi * S::KT + kt], db, C + mi * S::Regs * (sizeof(TC) == 2 ? 2 : 1), scale,
-                 std::make_index_sequence<S::Regs>{});
+    I::template rs<!TransB>(a[mi * S::KT + kt], db, regs(C) + mi * S::Regs, (clear && kt == 0) ? 0 : 1);
   }
-  cute::warpgroup_commit_batch();
-  if constexpr (Wait >= 0) cute::warpgroup_wait<Wait>();
+  wgmma_commit();
+  if constexpr (Wait >= 0) wgmma_wait_group<Wait>();
   fence_operands<S::MI * S::Regs>(C);
   fence_operands<S::MI * S::KT * 4>(&a[0][0]);
 }
@@ -314,19 +233,19 @@ template <int Count, typename T>
 TL_DEVICE void fence_registers(T* p) {
   if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
-    for (int i = 0; i < Count; ++i) cute::warpgroup_fence_operand(p[i]);
+    for (int i = 0; i < Count; ++i) wgmma_detail::fence_register(p[i]);
   } else {
     static_assert(Count * sizeof(T) % 4 == 0, "a register array is whole 32-bit registers");
     uint32_t* r = reinterpret_cast<uint32_t*>(p);
 #pragma unroll
-    for (int i = 0; i < Count * int(sizeof(T)) / 4; ++i) cute::warpgroup_fence_operand(r[i]);
+    for (int i = 0; i < Count * int(sizeof(T)) / 4; ++i) wgmma_detail::fence_register(r[i]);
   }
 }
 
 // Wait until at most `Pending` wgmma groups of this thread are still running (T.wait_wgmma).
 template <int Pending>
 TL_DEVICE void wgmma_wait() {
-  cute::warpgroup_wait<Pending>();
+  wgmma_detail::wgmma_wait_group<Pending>();
 }
 
 }  // namespace tl

@@ -1,5 +1,5 @@
 """The device intrinsics' C++ spelling (codegen/templates.py): template parameters in order, flags as
-true/false, what the code generator adds around a kernel (cluster dims, the extended wgmma header),
+true/false, what the code generator adds around a kernel (cluster dims, the wgmma instructions),
 and the named-barrier ids the templates use agreeing with transform/barrier_ids.py."""
 
 import os
@@ -10,7 +10,7 @@ from tvm import tirx
 
 import tilelang
 from tilelang import env, intrinsics
-from tilelang.codegen import templates
+from tilelang.codegen import templates, wgmma_isa
 from tilelang.transform import barrier_ids
 
 
@@ -33,12 +33,14 @@ def test_a_template_is_spelled_with_its_parameters_in_order():
 
 def test_spell_turns_intrinsics_into_extern_calls_and_reads_the_kernel_facts():
     buf = tirx.decl_buffer((4,), "float32", "x", scope="local")
+    tile = tirx.decl_buffer((4,), "bfloat16", "t", scope="shared.dyn")
+    a, b, c = (tirx.address_of(tirx.BufferLoad(x, [0])) for x in (tile, tile, buf))
     wgmma = dict(M=128, N=352, K=64, wg_m=1, wg_n=2, trans_a=0, trans_b=1, clear=0, rows_a=128, ld_a=64)
     wgmma.update(swz_a=3, rows_b=352, ld_b=64, swz_b=3, wait=-1, fence=1)
     mod = _kernel(
         intrinsics.CLUSTER_DIMS.stmt({"x": 1, "y": 2, "z": 1}),
         intrinsics.SETMAXNREG_INC.stmt({"registers": 240}),
-        intrinsics.WGMMA_SS.stmt(wgmma, buf.data, buf.data, buf.data, 0),
+        intrinsics.WGMMA_SS.stmt(wgmma, a, b, c, 0),
     )
     spelled, kernels = templates.spell(mod)
     names = [str(e.value.args[0].value) for e in spelled["k_kernel"].body.seq]
@@ -49,7 +51,7 @@ def test_spell_turns_intrinsics_into_extern_calls_and_reads_the_kernel_facts():
     ]
     facts = kernels["k_kernel"]
     assert facts.cluster_dims == (1, 2, 1)
-    assert facts.extended_wgmma_n  # 176 columns per warpgroup: only CuTe's extended atoms have it
+    assert facts.wgmma_forms == {wgmma_isa.Form(176, "bfloat16", "float32")}  # 352 columns over 2 warpgroups
     assert facts.setmaxnreg == [("inc", 240)]
     assert templates.setmaxnreg_calls("tl::setmaxnreg_inc<240>(); tl::setmaxnreg_dec<24>();") == [
         ("inc", 240),

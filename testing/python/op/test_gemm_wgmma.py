@@ -184,14 +184,15 @@ def test_generated_code_calls_wgmma_and_compiles(trans_a, trans_b):
 
 
 @pytest.mark.parametrize("kind", ["ss", "rs"])
-def test_extended_n_uses_cutes_extended_atoms_only_where_needed(kind):
-    # N = 176 per warpgroup (flash attention's block_N for d128): only CuTe's extended header has it.
+def test_the_kernel_source_defines_the_wgmma_instructions_it_issues(kind):
+    # N = 176 per warpgroup (flash attention's block_N for d128), beside the kernel's other shapes only.
     k = tilelang.compile(_gemm_kernel(128, 176, 64, trans_b=True, kind=kind, threads=256), target="sm_90a")
     src = k.get_kernel_source()
-    assert f"tl::wgmma_{kind}<128, 176, 64, 2, 1" in src and "#define TL_WGMMA_EXTENDED_N" in src
+    assert f"tl::wgmma_{kind}<128, 176, 64, 2, 1" in src
+    assert re.findall(r"struct Instr<[^>]*>", src) == ["struct Instr<176, half, float>"]
+    assert ("static void rs(" in src) == (kind == "rs") and "wgmma.mma_async.sync.aligned.m64n176k16.f32.f16.f16" in src
+    assert "cute" not in src
     cuda.compile_object(src, k.target)
-    base = tilelang.compile(_gemm_kernel(128, 128, 64, trans_b=True, threads=256), target="sm_90a")
-    assert "TL_WGMMA_EXTENDED_N" not in base.get_kernel_source()
 
 
 def test_extended_n_is_for_16_bit_types_only():

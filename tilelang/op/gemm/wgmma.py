@@ -26,8 +26,9 @@ from tilelang.utils.target import has_wgmma
 
 logger = logging.getLogger("tilelang")
 
-# Per-warpgroup N that CuTe's base wgmma atoms provide, and the other multiples of 8 its extended
-# atoms add for 16-bit types (a larger header: gemm_wgmma.h includes it only where one is used).
+# Per-warpgroup N taken for every operand type (wgmma has each of them for every type), and the
+# other multiples of 8, taken for 16-bit types (their instructions come from codegen/wgmma_isa.py
+# like the others; fp8, int8 and tf32 keep to the first list).
 N_SIZES = intrinsics.WGMMA_BASE_N
 EXTENDED_N_SIZES = tuple(n for n in range(24, 256, 8) if n not in N_SIZES)
 # (A/B dtype, C dtype) pairs the template instantiates.
