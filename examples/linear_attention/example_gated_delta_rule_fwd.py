@@ -69,6 +69,10 @@ def gated_delta_rule_fwd(batch, heads, seq_len, dim_k, dim_v, dtype="float16", s
             U_shared = T.alloc_shared([chunk, block_V], dtype)  # diag(beta) V, then U
             S_shared = T.alloc_shared([dim_k, block_V], dtype)  # the state as an operand
             O_shared = T.alloc_shared([chunk, block_V], dtype)
+            # Per-token factors, one exp per token rather than one per element they scale.
+            w_scale = T.alloc_shared([chunk], accum_dtype)  # -beta_i * gamma_i
+            q_decay = T.alloc_shared([chunk], accum_dtype)  # scale * gamma_i
+            k_decay = T.alloc_shared([chunk], accum_dtype)  # gamma_C / gamma_j
             s_decay = T.alloc_var(accum_dtype)  # gamma_C
             A = T.alloc_fragment([chunk, chunk], accum_dtype)
             A_cast = T.alloc_fragment([chunk, chunk], dtype)
@@ -92,6 +96,13 @@ def gated_delta_rule_fwd(batch, heads, seq_len, dim_k, dim_v, dtype="float16", s
                     A[i, j] = T.if_then_else(j <= i, g_shared[j], 0)
                 T.reduce_sum(A, G_frag, dim=1)
                 T.copy(G_frag, G_shared)
+                # One store a loop: with two, sm_80/sm_90a builds are refused (example_linear_attn_fwd.py).
+                for i in T.Parallel(chunk):
+                    w_scale[i] = -beta_shared[i] * T.exp(G_shared[i])
+                for i in T.Parallel(chunk):
+                    q_decay[i] = scale * T.exp(G_shared[i])
+                for i in T.Parallel(chunk):
+                    k_decay[i] = T.exp(G_shared[chunk - 1] - G_shared[i])
                 s_decay = T.exp(G_shared[chunk - 1])
 
                 # L, then T = (I + L)⁻¹ by forward substitution: row m of T is final once the rows
@@ -120,7 +131,7 @@ def gated_delta_rule_fwd(batch, heads, seq_len, dim_k, dim_v, dtype="float16", s
 
                 # W = -T diag(beta * gamma) K, U = T diag(beta) V + W S_0.
                 for i, d in T.Parallel(chunk, dim_k):
-                    K_work[i, d] = -K_shared[i, d] * beta_shared[i] * T.exp(G_shared[i])
+                    K_work[i, d] = K_shared[i, d] * w_scale[i]
                 for i, j in T.Parallel(chunk, block_V):
                     U_shared[i, j] = V_shared[i, j] * beta_shared[i]
                 T.gemm(T_cast, K_work, W, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
@@ -136,14 +147,14 @@ def gated_delta_rule_fwd(batch, heads, seq_len, dim_k, dim_v, dtype="float16", s
                 T.copy(A, A_cast)
                 T.gemm(Q_shared, S_shared, O_frag, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
                 for i, j in T.Parallel(chunk, block_V):
-                    O_frag[i, j] *= scale * T.exp(G_shared[i])
+                    O_frag[i, j] *= q_decay[i]
                 T.gemm(A_cast, U_shared, O_frag, policy=T.GemmWarpPolicy.FullRow)
                 T.copy(O_frag, O_shared)
                 T.copy(O_shared, O[bb, c * chunk : (c + 1) * chunk, bh, bv * block_V : (bv + 1) * block_V])
 
                 # S = gamma_C S_0 + (K ∘ gamma_C / gamma)ᵀ U.
                 for i, d in T.Parallel(chunk, dim_k):
-                    K_work[i, d] = K_shared[i, d] * T.exp(G_shared[chunk - 1] - G_shared[i])
+                    K_work[i, d] = K_shared[i, d] * k_decay[i]
                 for i, j in T.Parallel(dim_k, block_V):
                     S[i, j] *= s_decay
                 T.gemm(K_work, U_shared, S, transpose_A=True)
