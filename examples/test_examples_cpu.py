@@ -44,6 +44,13 @@ EXAMPLES = [
         "example_flash_decoding",
         dict(seqlens=(1, 65, 300), heads=16, kv_heads=2, dim=64, page_size=64, num_splits=2, block_H=64),
     ),
+    (
+        "example_mha_fwd_varlen",
+        dict(seqlens_q=(1, 100, 0, 130, 37, 5), seqlens_k=(3, 64, 7, 0, 200, 1), heads=4, kv_heads=2, dim=64,
+             is_causal=True),
+    ),
+    ("example_blocksparse_attention", dict(batch=1, heads=2, seq_len=200, dim=64, density=0.3, is_causal=True)),
+    ("example_nsa_fwd", dict(batch=1, heads=8, kv_heads=2, seq_len=100, dim=64, selected_blocks=3, block_size=16)),
 ]
 
 
