@@ -44,6 +44,12 @@ def gated_delta_rule_fwd(batch, heads, seq_len, dim_k, dim_v, dtype="float16", s
     gate_shape = [batch, heads, seq_len]
     accum_dtype = "float"
 
+    @T.macro
+    def substitution_step(L_shared, src, dst, m):
+        # dst = src with L[i, m] times row m taken away from every row i below row m.
+        for i, j in T.Parallel(chunk, chunk):
+            dst[i, j] = src[i, j] - T.if_then_else(i > m, L_shared[i, m], 0) * src[m, j]
+
     @T.prim_func
     def main(
         Q: T.Tensor(qk_shape, dtype),
@@ -118,15 +124,8 @@ def gated_delta_rule_fwd(batch, heads, seq_len, dim_k, dim_v, dtype="float16", s
                 for i, j in T.Parallel(chunk, chunk):
                     T_shared[i, j] = T.if_then_else(i == j, 1, 0)
                 for m2 in T.serial(chunk // 2):
-                    for i, j in T.Parallel(chunk, chunk):
-                        T_next[i, j] = (
-                            T_shared[i, j] - T.if_then_else(i > 2 * m2, L_shared[i, 2 * m2], 0) * T_shared[2 * m2, j]
-                        )
-                    for i, j in T.Parallel(chunk, chunk):
-                        T_shared[i, j] = (
-                            T_next[i, j]
-                            - T.if_then_else(i > 2 * m2 + 1, L_shared[i, 2 * m2 + 1], 0) * T_next[2 * m2 + 1, j]
-                        )
+                    substitution_step(L_shared, T_shared, T_next, 2 * m2)
+                    substitution_step(L_shared, T_next, T_shared, 2 * m2 + 1)
                 T.copy(T_shared, T_cast)
 
                 # W = -T diag(beta * gamma) K, U = T diag(beta) V + W S_0.
