@@ -350,3 +350,52 @@ def test_a_block_sparse_gemm_compiles_to_cp_async(arch):
     src = k.get_kernel_source()
     assert "tl::cp_async<16>" in src and "mask_ptr[(k + 1)]" in src
     cuda.compile_object(src, k.target, host_src=k.host_source)
+
+
+def gather_by_table(bind: bool, table_written: bool = False, n: int = 8):
+    """A loop over the slots of a block table: `j = idx[k]` then `if j >= 0:` around a gathered copy and
+    a gemm (NSA's selected blocks), or idx[k] written at each use. `table_written`: the kernel itself
+    fills the table first (its reads may then not move)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((n * 64, 64), "float16"), idx: T.Tensor((n,), "int32"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((64, 64), "float16")
+            acc = T.alloc_fragment((64, 64), "float32")
+            if table_written:
+                for i in T.Parallel(n):
+                    idx[i] = n - 1 - i
+            T.clear(acc)
+            for k in T.Pipelined(n, num_stages=2):
+                if bind:
+                    j = idx[k]
+                    if j >= 0:
+                        T.copy(A[j * 64 : j * 64 + 64, :], A_s)
+                        T.gemm(A_s, A_s, acc, transpose_B=True)
+                else:
+                    if idx[k] >= 0:
+                        T.copy(A[idx[k] * 64 : idx[k] * 64 + 64, :], A_s)
+                        T.gemm(A_s, A_s, acc, transpose_B=True)
+            T.copy(acc, C)
+
+    return main
+
+
+def test_a_name_bound_before_the_condition_is_inlined_and_the_gather_pipelined():
+    # Before, `j = idx[k]` in front of the `if` left the loop unpipelined (num_stages had no effect).
+    bound, written = pipeline_loops(gather_by_table(bind=True)), pipeline_loops(gather_by_table(bind=False))
+    assert _allocs(bound)["A_s"] == _allocs(written)["A_s"] == [2, 64, 64]
+    assert "if idx[k + 1] >= 0:" in bound.script()
+    src = tilelang.compile(gather_by_table(bind=True), out_idx=[2], target="sm_80").get_kernel_source()
+    assert "cp_async" in src
+    # A table the kernel writes itself: its read stays where the user put it, the loop unpipelined.
+    assert _allocs(pipeline_loops(gather_by_table(bind=True, table_written=True)))["A_s"] == [64, 64]
+
+
+def test_a_gather_by_a_bound_name_computes_what_torch_does():
+    torch = pytest.importorskip("torch")
+    A = torch.randn(8 * 64, 64, dtype=torch.float16)
+    idx = torch.tensor([3, -1, 0, 7, -1, 5, 5, 1], dtype=torch.int32)
+    C = tilelang.compile(gather_by_table(bind=True), out_idx=[2], target="cpu")(A, idx)
+    blocks = [A[j * 64 : j * 64 + 64].float() for j in idx.tolist() if j >= 0]
+    torch.testing.assert_close(C, sum(b @ b.T for b in blocks), rtol=1e-3, atol=1e-2)

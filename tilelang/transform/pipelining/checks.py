@@ -74,25 +74,28 @@ def written(stmt) -> list:
 
 def distributable_guard(loop, func):
     """The condition of a loop body that is one `if c:` (no else) around several statements, when c
-    may be evaluated before each of them instead of once: it reads only global tensors that nothing
-    in the loop's kernel writes (then it is the same for every thread and at every moment: a table
-    an earlier kernel of `func` filled counts), and calls nothing that may have side effects. Else
-    None."""
+    may be evaluated before each of them instead of once (`invariant`). Else None."""
     cond, inner = unguarded(loop.body)
     if cond is None or not isinstance(inner, tirx.SeqStmt):
         return None
+    return cond if invariant(cond, loop, func) else None
+
+
+def invariant(expr, loop, func) -> bool:
+    """Whether `expr` has the same value wherever it is evaluated in `loop`'s iteration: it reads
+    only global tensors that nothing in the loop's kernel writes (then it is the same for every
+    thread and at every moment: a table an earlier kernel of `func` filled counts), and calls
+    nothing that may have side effects."""
     around = [k for k in kernels(func.body) if any(f.loop_var.same_as(loop.loop_var) for f in collect(k, tirx.For))]
     scope = around[0] if around else func.body
     written_anywhere = [st.buffer for st in collect(scope, tirx.BufferStore)]
     for ev in collect(scope, tirx.Evaluate):
         op = base.parse(ev)
         written_anywhere += (op.writes() or []) if op is not None else []
-    read = [ld.source for ld in collect(cond, ir.TensorLoad)]
+    read = [ld.source for ld in collect(expr, ir.TensorLoad)]
     if any(r.scope() != "global" or any(r.same_as(w) for w in written_anywhere) for r in read):
-        return None
-    if not all(is_pure_call(c) for c in collect(cond, ir.Call)):
-        return None
-    return cond
+        return False
+    return all(is_pure_call(c) for c in collect(expr, ir.Call))
 
 
 def tma_only_tiles(body) -> tuple:

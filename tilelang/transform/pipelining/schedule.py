@@ -43,7 +43,14 @@ def distribute_guard(loop, func):
     """`loop` with a body that is one `if c:` (a block-sparse GEMM's `if mask[k]:`) written as its
     statements each under `if c:`, so that its copies are producers like any other (issued ahead
     under the condition of their own iteration), when c reads only tensors nothing in the loop's
-    kernel writes (`checks.distributable_guard`); else `loop` itself."""
+    kernel writes (`checks.distributable_guard`); else `loop` itself. Names bound before the `if`
+    (`j = idx[k]` then `if j >= 0:`, as a gather by a block table reads) are put in place of their
+    uses when their values are such reads too."""
+    stmts = _statements(loop.body)
+    if len(stmts) > 1 and all(isinstance(s, tirx.Bind) and checks.invariant(s.value, loop, func) for s in stmts[:-1]):
+        inlined = loop_with_body(loop, inline_bindings(stmts)[0])
+        if checks.distributable_guard(inlined, func) is not None:
+            loop = inlined
     guard = checks.distributable_guard(loop, func)
     if guard is None:
         return loop
