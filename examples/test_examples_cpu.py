@@ -51,6 +51,12 @@ EXAMPLES = [
     ),
     ("example_blocksparse_attention", dict(batch=1, heads=2, seq_len=200, dim=64, density=0.3, is_causal=True)),
     ("example_nsa_fwd", dict(batch=1, heads=8, kv_heads=2, seq_len=100, dim=64, selected_blocks=3, block_size=16)),
+    ("example_linear_attn_fwd", dict(batch=1, heads=2, seq_len=200, dim_k=64, dim_v=64, decay="token")),
+    (
+        "example_linear_attn_fwd",
+        dict(batch=1, heads=2, seq_len=130, dim_k=128, dim_v=128, decay=None, dtype="bfloat16"),
+    ),
+    ("example_gated_delta_rule_fwd", dict(batch=1, heads=2, seq_len=200, dim_k=64, dim_v=64)),
 ]
 
 
