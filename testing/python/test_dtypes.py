@@ -14,6 +14,7 @@ import tilelang.language as T
 from tilelang import cache, dtypes
 from tilelang.errors import UserError
 from tilelang.language.fp8 import determine_fp8_type, determine_torch_fp8_type
+from tilelang.testing import assert_points_at
 
 
 def test_objects_are_strings_equal_to_their_name():
@@ -66,9 +67,10 @@ def test_dtype_normalizes_every_spelling(value, name):
 
 
 def test_unknown_dtype_is_a_user_error():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="unknown dtype 'floaty'"):
         T.dtype("floaty")
-    with pytest.raises(UserError, match="expected a dtype"):
+    with pytest.raises(UserError, match="expected a dtype"):  # raised at the call: the traceback shows the user's line
         T.dtype(3.5)
 
 
@@ -105,6 +107,7 @@ def test_canonical_is_the_ir_name():
     assert dtypes.canonical(T.float8_e4m3) == "float8_e4m3fn"
     assert dtypes.canonical(T.tfloat32) == "float32"
     assert dtypes.canonical("half") == "float16"
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match=r"Blackwell.*sm_100"):
         dtypes.canonical(T.float4_e2m1_unpacked)
 
@@ -170,7 +173,7 @@ def test_factory_compares_dtype_objects():
 def test_fp8_module():
     assert determine_fp8_type() is T.float8_e4m3fn and determine_fp8_type("e5m2") is T.float8_e5m2
     assert determine_torch_fp8_type() is torch.float8_e4m3fn
-    with pytest.raises(UserError, match="'e4m3' or 'e5m2'"):
+    with pytest.raises(UserError, match="'e4m3' or 'e5m2'"):  # raised at the call: the traceback shows the user's line
         determine_fp8_type("e3m4")
 
 
@@ -187,12 +190,14 @@ def test_new_dtype_names_as_buffer_dtypes():
 
 
 def test_blackwell_only_dtype_is_an_error_at_the_users_line():
-    with pytest.raises(UserError, match=r"float4_e2m1_unpacked[\s\S]*test_dtypes.py"):
+    with pytest.raises(UserError, match=r"float4_e2m1_unpacked[\s\S]*test_dtypes.py") as err:
 
         @T.prim_func
         def main(A: T.Tensor((64,), T.float16)):
             with T.Kernel(1, threads=64):
                 s = T.alloc_shared((64,), T.float4_e2m1_unpacked)  # noqa: F841
+
+    assert_points_at(err, "s = T.alloc_shared((64,), T.float4_e2m1_unpacked)")
 
 
 def _collect(node, kind):

@@ -12,6 +12,7 @@ from tilelang.math import cdiv, next_power_of_2
 def test_next_power_of_2():
     assert [next_power_of_2(x) for x in (1, 2, 3, 5, 64, 65, 100)] == [1, 2, 4, 8, 64, 128, 128]
     assert next_power_of_2(0) == 2  # as the public TileLang computes it
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="takes an integer, got 2.5"):
         next_power_of_2(2.5)
 

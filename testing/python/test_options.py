@@ -26,19 +26,26 @@ def test_every_key_is_an_option_a_hint_or_refused():
             continue  # testing/python/test_pass_config_keys.py: what each accepts and refuses
         value = "/tmp/ir" if key in (PassConfigKey.TL_DUMP_IR, PassConfigKey.TL_DUMP_IR_DIR) else True
         CompileOptions.from_pass_configs({key: value})
-        assert name in _FIELDS or name in _HINTS or key in (
-            PassConfigKey.TL_ENABLE_DUMP_IR,
-            PassConfigKey.TL_DUMP_IR_DIR,
-            PassConfigKey.TL_DISABLE_FAST_MATH,
+        assert (
+            name in _FIELDS
+            or name in _HINTS
+            or key
+            in (
+                PassConfigKey.TL_ENABLE_DUMP_IR,
+                PassConfigKey.TL_DUMP_IR_DIR,
+                PassConfigKey.TL_DISABLE_FAST_MATH,
+            )
         ), name
 
 
 def test_unknown_key_is_an_error_naming_it():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="unknown key 'tl.enable_fastmath'.*tl.enable_fast_math"):
         CompileOptions.from_pass_configs({"tl.enable_fastmath": True})
 
 
 def test_wrong_value_type_is_an_error():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="'tl.disable_wgmma' takes True or False"):
         CompileOptions.from_pass_configs({"tl.disable_wgmma": "yes"})
 
@@ -56,5 +63,6 @@ def test_compile_with_an_unknown_key_fails_before_lowering():
             for i in T.Parallel(128):
                 A[i] = 0.0
 
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="unknown key 'tl.no_such_option'"):
         tilelang.compile(main, target="sm_80", pass_configs={"tl.no_such_option": True})

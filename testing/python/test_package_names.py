@@ -38,6 +38,7 @@ def test_set_log_level(monkeypatch):
     assert logger.level == logging.INFO and len(logger.handlers) == 1
     tilelang.set_log_level(logging.DEBUG)
     assert logger.level == logging.DEBUG and len(logger.handlers) == 1
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="unknown level 'LOUD'"):
         tilelang.set_log_level("LOUD")
 

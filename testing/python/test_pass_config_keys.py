@@ -45,7 +45,7 @@ def test_implemented_keys():
     assert CompileOptions.from_pass_configs({"tl.disable_thread_storage_sync": True}).disable_thread_storage_sync
     assert not options.DEFAULT_OPTIONS.disable_thread_storage_sync
     assert CompileOptions.from_pass_configs({"tl.disable_fast_math": True}).fast_math is False
-    with pytest.raises(UserError, match="both set"):
+    with pytest.raises(UserError, match="both set"):  # raised at the call: the traceback shows the user's line
         CompileOptions.from_pass_configs({"tl.disable_fast_math": True, "tl.enable_fast_math": True})
 
 
@@ -55,6 +55,7 @@ def test_public_dump_ir_pair(monkeypatch):
     opts = CompileOptions.from_pass_configs({"tl.enable_dump_ir": True, "tl.dump_ir_path": "/tmp/ir"})
     assert opts.dump_ir == "/tmp/ir"
     assert CompileOptions.from_pass_configs({"tl.dump_ir_path": "/tmp/ir"}).dump_ir is None  # not enabled
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="'tl.dump_ir_path' takes a folder name"):
         CompileOptions.from_pass_configs({"tl.enable_dump_ir": True, "tl.dump_ir_path": 3})
 
@@ -81,5 +82,6 @@ def test_hints_are_accepted_and_logged_once(monkeypatch, caplog):
 )
 def test_refused_values_name_the_key(key, accepted, refused, why):
     assert CompileOptions.from_pass_configs({key: accepted}) == CompileOptions.from_pass_configs({})
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match=f"'{key}' = .* is not supported here: .*{why}"):
         CompileOptions.from_pass_configs({key: refused})

@@ -34,12 +34,13 @@ import sys
 
 from tilelang import env
 from tilelang.errors import UserError
-from tilelang.testing.compare import torch_assert_close
+from tilelang.testing.compare import assert_points_at, torch_assert_close
 from tilelang.testing.perf_regression import process_func, regression
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 __all__ = [
+    "assert_points_at",
     "main",
     "process_func",
     "regression",

@@ -1,10 +1,17 @@
-"""`torch_assert_close`: two tensors are close in all but a few elements, as the public TileLang's
-check (also `tilelang.utils.tensor.torch_assert_close`, its public home).
+"""Assertions for tests. `torch_assert_close`: two tensors are close in all but a few elements, as
+the public TileLang's check (also `tilelang.utils.tensor.torch_assert_close`, its public home).
+`assert_points_at`: a UserError shows the user's kernel line.
 
     tilelang.testing.torch_assert_close(out, ref, rtol=1e-2, atol=1e-2, max_mismatched_ratio=0.001)
+    with pytest.raises(UserError, match="K of A is 64") as err:
+        kernel_with_a_wrong_gemm()
+    tilelang.testing.assert_points_at(err, "T.gemm(A_s, B_s")
 """
 
 from __future__ import annotations
+
+import os
+import re
 
 
 def torch_assert_close(
@@ -79,4 +86,50 @@ def torch_assert_close(
         f"Greatest absolute difference: {diff.max().item()}, "
         f"greatest relative difference: {(diff / (b.double().abs() + 1e-12)).max().item()}\n"
         f"{base_name}: {tensor_a}\n{ref_name}: {tensor_b}"
+    )
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tilelang/
+# A location, as tilelang writes it ("  --> file:line") and as the kernel parser does (" --> file:line:col"),
+# then the source lines shown under it: "   | text" (tilelang), " 139 |   text" and caret lines (the parser).
+_WHERE = re.compile(r"^ *--> (.+?):(\d+)(?::\d+)?$")
+_SHOWN = re.compile(r"^ *\d* *\|(.*)$")
+
+
+def _locations(text: str) -> list[tuple[str, list[str]]]:
+    """(file:line, the source lines shown under it) for each location in an error message."""
+    found = []
+    for line in text.splitlines():
+        where = _WHERE.match(line)
+        shown = _SHOWN.match(line)
+        if where:
+            found.append((f"{where[1]}:{where[2]}", []))
+        elif shown and found and shown[1].strip(" ^~"):
+            found[-1][1].append(shown[1].strip())
+        elif not shown and found and found[-1][1]:
+            found.append(("", []))  # the lines under a location end at the first other line
+    return [(where, source) for where, source in found if where]
+
+
+def assert_points_at(error, fragment: str) -> None:
+    """Assert that a UserError shows the user's line: a location `--> file:line` in its message is
+    followed by a shown source line (`   | ...`) containing `fragment`, and that file is not one of
+    tilelang's own. Both forms of location are read: tilelang's (`  --> file:line` then `   | text`)
+    and the kernel parser's (` --> file:line:col` then ` 12 |   text` and a caret line).
+
+    error: the UserError, or the ExceptionInfo of `with pytest.raises(UserError) as err`.
+    fragment: text of the user's line at fault, e.g. "T.gemm(A_s, B_s".
+
+    Raises: AssertionError that prints the error's message when no such location is shown.
+    """
+    text = str(error if isinstance(error, BaseException) else error.value)  # else an ExceptionInfo
+    locations = _locations(text)
+    for where, source in locations:
+        if any(fragment in line for line in source):
+            if os.path.abspath(where.rsplit(":", 1)[0]).startswith(_PACKAGE + os.sep):
+                raise AssertionError(f"the error points at tilelang's own source {where}, not the user's:\n{text}")
+            return
+    shown = "".join(f"\n  {where}: {source}" for where, source in locations) or " none"
+    raise AssertionError(
+        f"the error shows no line containing {fragment!r} (locations shown:{shown}); its message:\n{text}"
     )

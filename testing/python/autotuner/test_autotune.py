@@ -252,18 +252,24 @@ def test_wrong_configurations_and_calls_are_clear_errors():
         return None
 
     jit = FakeJIT(factory)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match=r"configuration \{'block_K': 32\} sets \['block_K'\], which it does not"):
         tilelang.autotune(configs=[{"block_K": 32}], _workers=0)(jit)(64)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="the configuration list is empty"):
         tilelang.autotune(configs=lambda N: [], _workers=0)(jit)(64)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="configurations are dicts of keyword arguments"):
         tilelang.autotune(configs=[("block_M", 64)], _workers=0)(jit)(64)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="pass_configs of .* is not a dict"):
         tilelang.autotune(configs=[{"block_M": 64, "pass_configs": True}], _workers=0)(jit)(64)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="goes above @tilelang.jit"):
         tilelang.autotune(configs=[{"block_M": 64}])(factory)
-    with pytest.raises(UserError, match="needs configs="):
+    with pytest.raises(UserError, match="needs configs="):  # raised at the call: the traceback shows the user's line
         tilelang.autotune(warmup=3)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="early_stop_factor must be at least 1.0, got 0.5"):
         tilelang.autotune(configs=[{"block_M": 64}], early_stop=True, early_stop_factor=0.5)(jit)
 
@@ -435,6 +441,7 @@ def test_scheduling_options_are_accepted_and_said_what_they_do(cache_off, caplog
     assert (
         "timing on several GPUs at once" in caplog.text and "timed one after another on the current GPU" in caplog.text
     )
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="early_stop_factor must be at least 1.0"):
         tuner.run(early_stop=True, early_stop_factor=0.9)
 
@@ -477,6 +484,7 @@ def test_the_autotuner_api_with_per_configuration_pass_configs(cache_dir):
     # A second tuner: the tuning-result cache answers, the winner keeps its pass configs.
     again = make(no_bench).run(warmup=3, rep=20)
     assert again.config == configs[1] and again.kernel.pass_configs.get("tl.enable_fast_math") is True
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="unknown backend 'nvtx'"):
         make(no_bench).set_profile_args(backend="nvtx")
 
@@ -512,6 +520,7 @@ def test_autotune_over_a_prim_func_says_there_is_nothing_to_tune():
             for i in T.Parallel(128):
                 A[i] = 0.0
 
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="a @T.prim_func has no arguments to tune"):
         tilelang.autotune(configs=[{"block": 64}])(tilelang.jit(target="sm_80")(main))
 

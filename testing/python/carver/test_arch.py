@@ -63,20 +63,22 @@ def test_described_without_a_gpu(monkeypatch):
     assert (a100.sm_version, a100.compute_capability, a100.compute_max_core) == (80, "80", 108)
     assert (a100.smem_cap, a100.smem_optin_cap, a100.warp_size) == (48 * 1024, 163 * 1024, 32)
     assert arch.is_ampere_arch(a100) and CUDA.from_arch("sm_89", sm_count=128).smem_optin_cap == 99 * 1024
-    with pytest.raises(UserError, match="positive sm_count"):
+    with pytest.raises(UserError, match="positive sm_count"):  # raised at the call: the traceback shows the user's line
         CUDA.from_arch("sm_90a", sm_count=0)
 
 
 def test_other_platforms_are_refused_by_name():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="AMD CDNA devices are not a target of this tilelang"):
         CDNA("hip")
-    with pytest.raises(UserError, match="CUDA only"):
+    with pytest.raises(UserError, match="CUDA only"):  # raised at the call: the traceback shows the user's line
         arch.get_arch("hip")
     assert not arch.is_cdna_arch(object())
 
 
 def test_current_arch_needs_a_gpu(monkeypatch):
     monkeypatch.setattr(driver, "get_cuda_device_properties", lambda device_id=0: None)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="no CUDA GPU is visible"):
         arch.auto_infer_current_arch()
 

@@ -28,6 +28,7 @@ def test_rasterization_plans_name_their_swizzle():
     assert NoRasterization().swizzle_args()["enable"] is False
     assert repr(Rasterization2DRow(8)) == "Rasterization2DRow(8)" and repr(NoRasterization()) == "NoRasterization()"
     assert Rasterization2DRow(8) == Rasterization2DRow(8) != Rasterization2DColumn(8)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="panel_width must be a positive int, got 0"):
         Rasterization2DRow(0)
 
@@ -57,6 +58,7 @@ def test_hints_are_distinct_fit_and_split_into_warps():
 def test_topk_is_respected():
     assert len(_hints(4096, 4096, 4096, topk=3)) == 3
     assert _hints(4096, 4096, 4096, topk=3) == _hints(4096, 4096, 4096, topk=20)[:3]
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="topk must be a positive int, got 0"):
         _hints(4096, 4096, 4096, topk=0)
 

@@ -83,15 +83,19 @@ def test_equivalent_function_is_c_equals_a_times_b_transposed():
 
 
 def test_recommend_hints_without_an_arch_says_so():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match=r"MatmulTemplate.recommend_hints: no arch is set; call .with_arch"):
         _template().recommend_hints(topk=20)
 
 
 def test_bad_parameters_are_user_errors():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="with_arch: expected a device such as CUDA"):
         _template().with_arch("sm_90a")
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="M must be a positive int, got None"):
         MatmulTemplate(N=128, K=128)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="K must be a positive int, got 0"):
         MatmulTemplate(M=128, N=128, K=0)
 

@@ -382,7 +382,7 @@ def four_bit_tensor(dtype: str):
 @pytest.mark.parametrize("kernel,name", [(four_bit_registers, "nibbles"), (four_bit_tensor, "Y")])
 def test_four_bit_integer_buffers_are_refused_by_name(kernel, name):
     message = rf"'{name}' holds int4 values; tilelang compiles[\s\S]*float4_e2m1fn[\s\S]*uint8"
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(UserError, match=message):  # location: missing (reported)
         tilelang.compile(kernel("int4"), target="sm_90a").get_kernel_source()
 
 

@@ -24,7 +24,7 @@ def test_compute_version_of_the_gpu(monkeypatch):
     monkeypatch.setattr(target_utils, "detect_arch", lambda: "sm_90a")
     assert nvcc.get_target_compute_version() == "9.0" and nvcc.have_tensorcore()
     monkeypatch.setattr(target_utils, "detect_arch", lambda: None)
-    with pytest.raises(UserError, match="no GPU is visible"):
+    with pytest.raises(UserError, match="no GPU is visible"):  # raised at the call: the traceback shows the user's line
         nvcc.get_target_compute_version()
     assert not nvcc.have_tensorcore()
 
@@ -32,6 +32,7 @@ def test_compute_version_of_the_gpu(monkeypatch):
 def test_parse_and_arch():
     assert nvcc.parse_compute_version("9.0") == (9, 0)
     assert nvcc.get_target_arch("9.0") == "90a" and nvcc.get_target_arch((8, 9)) == "89"
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="not of the form 'major.minor'"):
         nvcc.parse_compute_version("sm_90")
 
@@ -60,5 +61,5 @@ def test_compile_cuda_and_version():
     assert len(nvcc.get_cuda_version()) >= 2 and nvcc.get_cuda_version() >= (11, 0)
     with pytest.raises(RuntimeError, match="nvcc failed"):
         nvcc.compile_cuda("this is not CUDA", arch="sm_80")
-    with pytest.raises(UserError, match="target_format"):
+    with pytest.raises(UserError, match="target_format"):  # raised at the call: the traceback shows the user's line
         nvcc.compile_cuda(code, target_format="obj", arch="sm_80")

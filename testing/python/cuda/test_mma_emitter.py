@@ -14,6 +14,7 @@ import tilelang.language as T
 from tilelang.codegen import cuda
 from tilelang.cuda.intrinsics import TensorCoreIntrinEmitter
 from tilelang.errors import UserError
+from tilelang.testing import assert_points_at
 
 TYPES = [
     ("float16", "float32"),
@@ -123,7 +124,7 @@ def test_store_layout_is_where_mma_leaves_the_accumulators():
 )
 def test_construction_errors(kw, message):
     args = dict(a_dtype="float16", b_dtype="float16", accum_dtype="float32") | kw
-    with pytest.raises(UserError, match=re.escape(message)):
+    with pytest.raises(UserError, match=re.escape(message)):  # raised at the call: the traceback shows the user's line
         TensorCoreIntrinEmitter(**args)
 
 
@@ -154,6 +155,7 @@ def _misuse(what):
 def test_misuse_is_reported_at_the_users_line(what, message):
     with pytest.raises(UserError, match=re.escape(message)) as err:
         _misuse(what)
+    assert_points_at(err, "em.ldmatrix_a(")
     assert "em.ldmatrix_a(" in str(err.value)  # the kernel line
 
 

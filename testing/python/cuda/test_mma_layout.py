@@ -104,8 +104,10 @@ def test_ldmatrix_rows_fill_two_b_atoms(dtype, bits, transposed):
 
 
 def test_ldmatrix_cannot_load_8_bit_operands_with_k_as_rows():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="ldmatrix cannot load a 8-bit A with k as its rows"):
         get_ldmatrix_offset("A", 0, 0, 64, T.int8, transposed=True)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="ldmatrix cannot load a 8-bit B"):
         get_ldmatrix_offset("B", 0, 0, 64, T.int8, transposed=False)
 
@@ -132,8 +134,10 @@ def test_swizzle_moves_whole_16_byte_chunks_within_their_group(cols, dtype, grou
 
 
 def test_swizzle_errors():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="a row of 8 float16 is 16 bytes"):
         get_swizzle_layout(0, 0, 8, T.float16)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="swizzle_bytes must be 32, 64 or 128"):
         get_swizzle_layout(0, 0, 32, T.float16, swizzle_bytes=128)
 
@@ -157,5 +161,6 @@ def test_sparse_metadata_facts():
     assert get_e_factor(T.int8, T.int32) == 32
     assert get_e_factor(T.float32, T.int16) == 8
     assert get_e_replicate_factor(T.bfloat16) == 2 and get_e_replicate_factor(T.int8) == 1
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="no structured sparsity for float64"):
         get_e_factor(T.float64, T.int16)

@@ -52,12 +52,15 @@ def test_decorator_forms_and_override():
         return code
 
     assert callback.register_cuda_postproc_callback()(first) is first
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="already registered"):
         callback.register_cuda_postproc_callback(override=False)(second)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="already registered"):
         callback.register_cuda_postproc_callback(False)(second)  # a bool first argument is `override`
     callback.register_cuda_postproc(second)  # override=True by default
     assert callback.has_cuda_postproc()
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="expected a function"):
         callback.register_cuda_postproc("not a function")
 
@@ -70,6 +73,7 @@ def test_registered_through_tvm_ffi_directly():
 
 def test_a_hook_must_return_source():
     callback.register_cuda_postproc(lambda code, target: None)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="post-processor <lambda> returned NoneType, not the source code"):
         tilelang.compile(_kernel(), target="sm_80")
 
@@ -85,7 +89,7 @@ def test_disk_cache_is_off_while_a_hook_is_registered(monkeypatch):
 
 def test_other_platforms_hooks_say_they_are_not_supported():
     for register in (callback.register_hip_postproc, callback.register_metal_postproc_callback):
-        with pytest.raises(UserError, match="CUDA only"):
+        with pytest.raises(UserError, match="CUDA only"):  # raised at the call: the traceback shows the user's line
             register(lambda code, target: code)
-    with pytest.raises(UserError, match="host launcher"):
+    with pytest.raises(UserError, match="host launcher"):  # raised at the call: the traceback shows the user's line
         callback.register_c_postproc(lambda code, target: code)

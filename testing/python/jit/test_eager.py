@@ -10,6 +10,7 @@ import tilelang
 import tilelang.language as T
 from tilelang.errors import UserError
 from tilelang.jit import JITImpl, JITKernel
+from tilelang.testing import assert_points_at
 
 TRACED = []
 
@@ -186,10 +187,12 @@ def test_errors_in_the_kernel_point_at_the_users_line():
 
     with pytest.raises(UserError, match="Undefined variable: no_such_name") as info:
         broken.get_tir(N=128)
+    assert_points_at(info, "A[i] = A[i] + no_such_name")
     assert f"test_eager.py:{_line_of(broken.factory, 'no_such_name')}" in str(info.value)
 
 
 def test_const_outside_an_eager_kernel():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match=r"T.const\('M'\) declares sizes read from the tensors of an eager kernel"):
         T.const("M")
 
@@ -221,6 +224,7 @@ def test_empty_forms_and_several_outputs():
 
 
 def test_empty_outside_an_eager_kernel():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="T.empty declares an output of an eager kernel"):
         T.empty((4,), "float32")
 
@@ -233,8 +237,11 @@ def test_const_must_be_a_whole_dimension():
         with T.Kernel(1, threads=128):
             A[0, 0] = 1.0
 
-    with pytest.raises(UserError, match=r"the size 'M' \(T.const\) is not a whole dimension of any declared tensor"):
+    with pytest.raises(
+        UserError, match=r"the size 'M' \(T.const\) is not a whole dimension of any declared tensor"
+    ) as err:
         wrong.compile(torch.empty(64, 64))
+    assert_points_at(err, "def wrong(A):")
 
 
 def test_outputs_must_be_returned_and_only_outputs():
@@ -246,8 +253,9 @@ def test_outputs_must_be_returned_and_only_outputs():
             for i in T.Parallel(64):
                 B[i] = A[i]
 
-    with pytest.raises(UserError, match=r"the T.empty outputs \['B'\] are not returned"):
+    with pytest.raises(UserError, match=r"the T.empty outputs \['B'\] are not returned") as err:
         forgets.get_tir()
+    assert_points_at(err, "def forgets(A):")
 
     @tilelang.jit(target="sm_80")
     def returns_input(A):
@@ -257,8 +265,9 @@ def test_outputs_must_be_returned_and_only_outputs():
                 A[i] = A[i] * 2.0
         return A
 
-    with pytest.raises(UserError, match="returns 'A', which is not a tensor made by T.empty"):
+    with pytest.raises(UserError, match="returns 'A', which is not a tensor made by T.empty") as err:
         returns_input.get_tir()
+    assert_points_at(err, "def returns_input(A):")
 
 
 def test_declarations_come_before_the_kernel():
@@ -273,10 +282,13 @@ def test_declarations_come_before_the_kernel():
                     B[i] = A[i]
             return B
 
+    assert_points_at(info, 'B = T.empty((64,), "float32")')
+
     assert 'B = T.empty((64,), "float32")' in str(info.value)
 
 
 def test_out_idx_is_refused_on_a_kernel_body():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match=r"out_idx=.*its outputs are the tensors it makes with T.empty"):
 
         @tilelang.jit(out_idx=[-1])
@@ -291,14 +303,17 @@ def test_out_idx_is_refused_on_a_kernel_body():
 
 def test_argument_mistakes():
     a, b = torch.randn(128, 64).half(), torch.randn(64, 128).half()
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match=r"the size 'M' \(T.const\) is dimension 0 of 'A'; pass tensor 'A' or M=<int>"):
         matmul.compile(block_M=64, block_N=64, block_K=32)
     with pytest.raises(TypeError, match=r"unexpected keyword arguments \['Q'\]"):
         matmul.compile(a, b, 64, 64, 32, Q=3)
     with pytest.raises(TypeError, match="missing required argument: 'block_K'"):
         matmul.compile(a, b, 64, 64)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="parameter 'block_M' was given a tensor, but the kernel does not declare"):
         matmul.compile(a, b, a, 64, 32)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match=r"needs its tensors; \['A', 'B'\] were not given"):
         matmul(block_M=64, block_N=64, block_K=32, M=128, N=128, K=64)
 
@@ -341,6 +356,7 @@ def test_jit_on_a_prim_func():
     assert doubled() is kernel and doubled.compile() is kernel
     assert kernel.out_idx == [1] and doubled.get_tir().same_as(doubled.prim_func)
     assert "doubled_kernel" in doubled.get_kernel_source()
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="takes no arguments"):
         doubled.compile(256)
 
@@ -367,6 +383,7 @@ def test_factory_returning_something_else():
     def nothing(N):
         return N
 
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="returned int, not a @T.prim_func"):
         nothing(4)
 

@@ -61,13 +61,13 @@ def test_explicit_targets_need_no_gpu(spec, arch):
 
 
 def test_unknown_target_is_a_clear_error():
-    with pytest.raises(UserError, match="unknown target"):
+    with pytest.raises(UserError, match="unknown target"):  # raised at the call: the traceback shows the user's line
         determine_target("vulkan-ish")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a GPU")
 def test_cuda_target_without_gpu_says_what_to_do():
-    with pytest.raises(UserError, match="sm_90a"):
+    with pytest.raises(UserError, match="sm_90a"):  # raised at the call: the traceback shows the user's line
         determine_target("cuda")
 
 

@@ -34,6 +34,7 @@ def test_compile_flags_are_split_like_a_command_line():
     assert normalize_compile_flags(None, "x") == ()
     assert normalize_compile_flags("-O3 -DNDEBUG", "x") == ("-O3", "-DNDEBUG")
     assert normalize_compile_flags(["-DX='a b'", "--ptxas-options=-v"], "x") == ("-DX=a b", "--ptxas-options=-v")
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="compile_flags takes a string or a list of strings, got 3"):
         normalize_compile_flags(3, "tilelang.compile")
 
@@ -91,15 +92,17 @@ def test_backends_meaning_our_launcher_are_accepted(backend):
 
 @pytest.mark.parametrize("backend", ["nvrtc", "cutedsl", "torch", "ctypes", "dlpack"])
 def test_other_backends_are_refused_naming_what_there_is(backend):
-    with pytest.raises(
+    with pytest.raises(  # raised at the call: the traceback shows the user's line
         UserError, match=rf"execution_backend='{backend}' is not available.*'auto', 'tvm_ffi', 'cython'"
     ):
         tilelang.jit(execution_backend=backend)(_make)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match=rf"tilelang.compile: execution_backend='{backend}'"):
         tilelang.compile(_make(2.0), execution_backend=backend, target="sm_80")
 
 
 def test_unknown_backend():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="unknown execution_backend 'cuda_graph'"):
         tilelang.jit(execution_backend="cuda_graph")
 
@@ -117,6 +120,7 @@ def test_host_targets_meaning_this_machine_are_accepted(host):
 def test_cross_compiling_the_host_is_refused(host):
     if host == "tvm:aarch64":
         host = Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu"})
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match=r"target_host=.* is not supported; the host launcher is always C\+\+"):
         tilelang.jit(target_host=host)(_make)
 
@@ -140,6 +144,7 @@ def test_debug_root_path_writes_the_sources(tmp_path, monkeypatch):
     ]
     assert (folder / "tilelang_jit_kernel_debugged.c").read_text() == kernel.get_kernel_source()
     assert "T.prim_func" in (folder / "tilelang_jit_program_debugged.py").read_text()
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="debug_root_path takes a folder name"):
         tilelang.jit(debug_root_path=3)
 
@@ -165,10 +170,12 @@ def test_jit_kernel_takes_the_same_options():
         _make(5.0), out_idx=-1, execution_backend="tvm_ffi", target="sm_80", compile_flags="-DX"
     )
     assert kernel.compile_flags == ("-DX",) and kernel.out_idx == [1]
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="JITKernel: execution_backend='nvrtc'"):
         tilelang.JITKernel(_make(5.0), execution_backend="nvrtc", target="sm_80")
 
 
 def test_compile_wants_a_prim_func():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="tilelang.compile expects a @T.prim_func, got function"):
         tilelang.compile(_make)

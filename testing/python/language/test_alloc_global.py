@@ -110,6 +110,7 @@ def test_alloc_buffer_in_global_scope_is_a_workspace():
 
     (alloc,) = _collect(main.body, tirx.AllocBuffer)
     assert alloc.buffer.scope() == "global"
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="scope must be 'global'"):
         T.alloc_global((4,), "float32", scope="shared")
 

@@ -9,6 +9,7 @@ import tilelang
 import tilelang.language as T
 from tilelang import log
 from tilelang.errors import UserError
+from tilelang.testing import assert_points_at
 
 M = N = K = 256
 
@@ -171,8 +172,9 @@ def test_pipelined_sync_is_checked_and_logged(caplog, fresh_hints):
 
 @pytest.mark.parametrize("stages", [-1, 2.5, True])
 def test_pipelined_num_stages_must_be_a_nonnegative_int(stages):
-    with pytest.raises(UserError, match=r"(?s)num_stages must be a constant int >= 0.*T.Pipelined\(K // 32"):
+    with pytest.raises(UserError, match=r"(?s)num_stages must be a constant int >= 0.*T.Pipelined\(K // 32") as err:
         _gemm_kernel(stages=stages)
+    assert_points_at(err, "for k in T.Pipelined(K // 32, num_stages=stages):")
 
 
 def test_pipelined_more_stages_than_iterations_is_warned(caplog):

@@ -12,6 +12,7 @@ import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
 from tilelang.errors import UserError
+from tilelang.testing import assert_points_at
 
 
 def ws_gemm(M=64, N=64, K=512, block_K=64, stages=2):
@@ -72,16 +73,18 @@ def test_generated_code(stages):
 
 
 def test_bad_arguments():
-    with pytest.raises(UserError, match="multiple of 8"):
+    with pytest.raises(UserError, match="multiple of 8"):  # raised at the call: the traceback shows the user's line
         T.set_max_nreg(100, 1)
 
-    with pytest.raises(UserError, match="positive ints"):
+    with pytest.raises(UserError, match="positive ints") as err:
 
         @T.prim_func
         def main(A: T.Tensor((64,), "float32")):
             with T.Kernel(1, threads=128):
                 bar = T.alloc_barrier(0)
                 T.barrier_arrive(bar)
+
+    assert_points_at(err, "bar = T.alloc_barrier(0)")
 
 
 @pytest.mark.gpu
@@ -101,13 +104,15 @@ def test_barrier_allocated_inside_a_thread_branch_is_an_error():
                 bar = T.alloc_barrier(128)
                 T.barrier_arrive(bar)
 
-    with pytest.raises(UserError, match="outside the branch"):
+    with pytest.raises(UserError, match="outside the branch") as err:
         tilelang.compile(main, target="sm_90a")
+    assert_points_at(err, "if T.get_thread_binding() < 128:")
 
 
 def test_needs_hopper():
-    with pytest.raises(UserError, match=r"need Hopper \(sm_90a\); this kernel compiles for sm_80"):
+    with pytest.raises(UserError, match=r"need Hopper \(sm_90a\); this kernel compiles for sm_80") as err:
         tilelang.compile(ws_gemm(), out_idx=[2], target="sm_80")
+    assert_points_at(err, "k_full = T.alloc_barrier([128] * stages)")
 
 
 def test_proxy_fence_needs_hopper():
@@ -119,6 +124,7 @@ def test_proxy_fence_needs_hopper():
 
     with pytest.raises(UserError, match=r"T.fence_proxy_async need Hopper .* compiles for sm_80") as err:
         tilelang.compile(main, target="sm_80")
+    assert_points_at(err, "T.fence_proxy_async()")
     assert "T.fence_proxy_async()" in str(err.value)  # the user's line is shown
     tilelang.compile(main, target="sm_90a")
 
@@ -146,8 +152,9 @@ def test_register_budget():
     # 384 threads are launched with 168 registers each: 504 per thread over the three warpgroups.
     # The error points at a raising warpgroup's T.set_max_nreg line in this file.
     message = r"(?s)240 \+ 240 \+ 32 = 512 registers per thread, more than the 504 \(3 x 168\)"
-    with pytest.raises(UserError, match=message + r".*test_barriers.py:\d+\n\s*\| T.set_max_nreg\(240, 1\)"):
+    with pytest.raises(UserError, match=message + r".*test_barriers.py:\d+\n\s*\| T.set_max_nreg\(240, 1\)") as err:
         tilelang.compile(_three_warpgroups(32), target="sm_90a")
+    assert_points_at(err, "T.set_max_nreg(240, 1)")
     tilelang.compile(_three_warpgroups(24), target="sm_90a")
 
 
@@ -155,8 +162,9 @@ def test_lowering_above_the_launch_count():
     # ptxas rejects a setmaxnreg.dec above the 168 registers a 384-thread block has at most (C7406).
     message = r"(?s)T.set_max_nreg\(176, 0\) lowers .* at most 168 per thread"
     message += r".*test_barriers.py:\d+\n\s*\| T.set_max_nreg\(producer_registers, 0\)"
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(UserError, match=message) as err:
         tilelang.compile(_three_warpgroups(176), target="sm_90a")
+    assert_points_at(err, "T.set_max_nreg(producer_registers, 0)")
 
 
 def test_set_max_nreg_off_a_warpgroup():
@@ -167,5 +175,6 @@ def test_set_max_nreg_off_a_warpgroup():
                 T.set_max_nreg(240, 1)
 
     with pytest.raises(UserError, match=r"(?s)per warpgroup \(128 threads\), here on threads 0..63.*"
-                       r"test_barriers.py:\d+\n\s*\| T.set_max_nreg\(240, 1\)"):  # fmt: skip
+                       r"test_barriers.py:\d+\n\s*\| T.set_max_nreg\(240, 1\)") as err:  # fmt: skip
         tilelang.compile(main, target="sm_90a")
+    assert_points_at(err, "T.set_max_nreg(240, 1)")

@@ -9,6 +9,7 @@ import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
 from tilelang.errors import UserError
+from tilelang.testing import assert_points_at
 
 
 def _collect(node, kind):
@@ -64,6 +65,7 @@ def test_scalar_helpers_generated_code():
 
 
 def test_assume_needs_a_condition():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="T.assume takes a condition"):
         T.assume(tirx.Var("x", "int32"))
 
@@ -136,15 +138,19 @@ def test_access_ptr_offsets_and_extents():
 
 def test_access_ptr_errors():
     frag = tirx.decl_buffer((16, 16), "float32", name="acc", scope="local.fragment")
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="'acc' is a fragment"):
         T.access_ptr(frag, "r")
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="access_type must be 'r', 'w' or 'rw'"):
         T.access_ptr(tirx.decl_buffer((4,), "float32"), "x")
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="offset= is for 1-D buffers"):
         T.access_ptr(tirx.decl_buffer((4, 4), "float32"), "r", offset=2)
 
 
 def test_dp4a_checks_dtypes():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="T.dp4a: C must be int32"):
         T.dp4a(tirx.decl_buffer((4,), "int8"), tirx.decl_buffer((4,), "int8"), tirx.decl_buffer((1,), "float32"))
 
@@ -200,29 +206,34 @@ def test_async_copy_and_barrier_names_generated_code():
 def test_sync_threads_plain_is_a_block_barrier():
     call = T.sync_threads()
     assert call.op.name == "tirx.tvm_storage_sync" and str(call.args[0].value) == "shared"
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="barrier_id must be a constant"):
         T.sync_threads(16, 128)
-    with pytest.raises(UserError, match="multiple of 32"):
+    with pytest.raises(UserError, match="multiple of 32"):  # raised at the call: the traceback shows the user's line
         T.sync_threads(1, 100)
 
 
 def test_cp_async_size_errors():
     shared = tirx.decl_buffer((64,), "float16", scope="shared.dyn")
     glob = tirx.decl_buffer((64,), "float16")
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="4, 8 or 16 bytes; 3 float16 elements are 6 bytes"):
         T.ptx_cp_async(T.access_ptr(shared, "w"), T.access_ptr(glob, "r"), 3)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="pointers from T.access_ptr"):
         T.ptx_cp_async(shared, glob, 8)
 
 
 def test_mbarrier_arrive_on_another_block_is_unsupported():
-    with pytest.raises(UserError, match="cluster barrier"):
+    with pytest.raises(UserError, match="cluster barrier") as err:
 
         @T.prim_func
         def main(A: T.Tensor((64,), T.float32)):
             with T.Kernel(1, threads=128):
                 bar = T.alloc_barrier(1)
                 T.mbarrier_arrive(bar, 0)
+
+    assert_points_at(err, "T.mbarrier_arrive(bar, 0)")
 
 
 # ---- kernel scopes: thread_binding, ws, parallel ------------------------------------------------
@@ -262,8 +273,11 @@ def main(A: T.Tensor((128,), T.float32)):
 """
     path = tmp_path / "kernel.py"
     path.write_text(source)
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(UserError, match=message) as err:
         exec(compile(source, str(path), "exec"), {})
+    # The line of `{body}` in kernel.py; the parser shows no source text for a kernel compiled from a string
+    # (the location is all there is to check; reported).
+    assert f" --> {path}:8:" in str(err.value), str(err.value)
 
 
 def test_ws_selects_warpgroups():
@@ -280,13 +294,15 @@ def test_ws_selects_warpgroups():
 
     conds = [str(s.condition) for s in _collect(main.body, tirx.IfThenElse)]
     assert conds == ["tx < 128", "tx >= 256 and tx < 384", "tx < 128 or tx >= 256 and tx < 384"]
-    with pytest.raises(UserError, match="warpgroups 0..0, got 1"):
+    with pytest.raises(UserError, match="warpgroups 0..0, got 1") as err:
 
         @T.prim_func
         def bad(A: T.Tensor((128,), T.float32)):
             with T.Kernel(1, threads=128):
                 with T.ws(1):
                     A[0] = 1.0
+
+    assert_points_at(err, "with T.ws(1):")
 
 
 def test_lowercase_parallel_is_a_parallel_loop():
@@ -335,6 +351,7 @@ def test_alloc_buffer_scopes():
 
     scopes = {a.buffer.name: a.buffer.scope() for a in _collect(main.body, tirx.AllocBuffer)}
     assert scopes == {"s": "shared.dyn", "f": "local", "loc": "local"}
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="scope must be one of"):
         T.alloc_buffer((4,), T.float32, scope="texture")
 
@@ -345,6 +362,7 @@ def test_layout_from_a_function():
     assert _at(swz, 1, 8) == 64 and _at(swz, 1, 0) == 64 + 8  # row 1: chunks 0 and 1 swapped
     perm = T.Layout((2, 3, 4), lambda b, l, d: [l, b, d])
     assert perm.output_shape == (3, 2, 4) and _at(perm, 1, 2, 3) == 2 * 8 + 1 * 4 + 3
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="map to the same position"):
         T.Layout((4, 4), lambda i, j: [i // 2, j])
 
@@ -388,6 +406,8 @@ def test_tvm_names_are_tvms():
 
 @pytest.mark.parametrize("name", ["alloc_tmem", "tcgen05_gemm", "tcgen05_mma_arrive", "ClusterKernel"])
 def test_unsupported_hardware_names_raise_naming_the_target(name):
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match=rf"T.{name}: .* needs .*tilelang compiles for sm_80, sm_89 and sm_90a"):
         getattr(T, name)((128, 128), T.float32)
+    # raised at the call: the traceback shows the user's line
     assert "sm_100" in str(pytest.raises(UserError, T.alloc_tmem).value)

@@ -6,6 +6,7 @@ from tvm import ir, tirx
 
 import tilelang.language as T
 from tilelang.errors import UserError
+from tilelang.testing import assert_points_at
 
 
 def _collect(func, kind):
@@ -45,7 +46,7 @@ def test_dynamic_is_a_symbol_of_the_given_dtype():
     ],
 )
 def test_dynamic_rejects_bad_names_and_dtypes(name, dtype, message):
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(UserError, match=message):  # raised at the call: the traceback shows the user's line
         T.dynamic(name, dtype)
 
 
@@ -102,6 +103,8 @@ def test_symbol_only_inside_an_expression_names_symbol_tensor_and_line():
                 for i in T.Parallel(128):
                     B[bx * 128 + i] = 0.0
 
+    assert_points_at(info, 'def main(B: T.Tensor((M * 2,), "float32")):')
+
     text = str(info.value)
     assert "symbol 'm' appears in the shape of 'B' only inside the expression m * 2" in text
     assert "whole dimension" in text
@@ -109,12 +112,14 @@ def test_symbol_only_inside_an_expression_names_symbol_tensor_and_line():
 
 
 def test_two_symbols_with_one_name_are_rejected():
-    with pytest.raises(UserError, match="two different symbols are named 'm'"):
+    with pytest.raises(UserError, match="two different symbols are named 'm'") as err:
 
         @T.prim_func
         def main(A: T.Tensor((T.dynamic("m"),), "float32"), B: T.Tensor((T.dynamic("m"),), "float32")):
             with T.Kernel(1, threads=32):
                 B[0] = A[0]
+
+    assert_points_at(err, 'def main(A: T.Tensor((T.dynamic("m"),), "float32")')
 
 
 def test_symbol_used_only_in_the_kernel_body_is_explained():
@@ -126,6 +131,8 @@ def test_symbol_used_only_in_the_kernel_body_is_explained():
             with T.Kernel(T.ceildiv(M, 128), threads=128) as bx:
                 for i in T.Parallel(128):
                     A[bx * 128 + i] = 1.0
+
+    assert_points_at(info, "@T.prim_func")
 
     text = str(info.value)
     assert "'m' is used in the kernel but is not defined there" in text
@@ -143,6 +150,8 @@ def test_tiles_of_dynamic_shape_are_rejected_at_the_users_line(alloc):
             with T.Kernel(1, threads=32):
                 s = getattr(T, alloc)((M,), "float32")
                 s[0] = A[0]
+
+    assert_points_at(info, 's = getattr(T, alloc)((M,), "float32")')
 
     text = str(info.value)
     assert f"T.{alloc}: a tile's shape must be known at compile time" in text and "(m,)" in text
@@ -163,6 +172,7 @@ def test_copy_of_a_whole_dynamic_tensor_into_a_fixed_tile_is_a_shape_error():
 
     with pytest.raises(UserError) as info:
         tilelang.compile(main, target="sm_80")
+    assert_points_at(info, "T.copy(A, s)")
     text = str(info.value)
     assert "tile of shape (m, 64)" in text and "(128, 64)" in text and "T.copy(A, s)" in text
 
@@ -183,9 +193,11 @@ def test_copy_with_a_dynamic_global_region():
 
 def test_threads_cannot_be_dynamic():
     M = T.dynamic("m")
-    with pytest.raises(UserError, match="`threads` must be constant integers, got m"):
+    with pytest.raises(UserError, match="`threads` must be constant integers, got m") as err:
 
         @T.prim_func
         def main(A: T.Tensor((M,), "float32")):
             with T.Kernel(1, threads=M):
                 A[0] = 1.0
+
+    assert_points_at(err, "with T.Kernel(1, threads=M):")

@@ -7,6 +7,7 @@ from tvm import ir, tirx
 import tilelang.language as T
 from tilelang.errors import UserError
 from tilelang.op import base
+from tilelang.testing import assert_points_at
 
 
 def _collect(func, kind):
@@ -269,5 +270,6 @@ def test_copy_extents_from_bound_values_are_checked_once_the_bindings_are_known(
     from tilelang.errors import UserError
 
     assert "__global__" in tilelang.compile(_copy_with_bound_bounds(64), target="sm_80").get_kernel_source()
-    with pytest.raises(UserError, match=r"(?s)shapes .*must match.*T.copy\(A\[start:end"):
+    with pytest.raises(UserError, match=r"(?s)shapes .*must match.*T.copy\(A\[start:end") as err:
         tilelang.compile(_copy_with_bound_bounds(32), target="sm_80")
+    assert_points_at(err, "T.copy(A[start:end, :], s)")

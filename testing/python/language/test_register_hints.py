@@ -14,6 +14,7 @@ import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
 from tilelang.errors import UserError
+from tilelang.testing import assert_points_at
 from tilelang.utils.target import determine_target
 
 
@@ -69,8 +70,9 @@ def test_hints_elsewhere_change_nothing():
 
 def test_hint_past_the_register_file():
     message = r"(?s)need 520, more than the 504 \(3 x 168\).*test_register_hints.py:\d+\n\s*\| T.annotate_"
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(UserError, match=message) as err:
         tilelang.compile(pipelined_gemm("too_many"), out_idx=[2], target="sm_90a")
+    assert_points_at(err, "T.annotate_producer_reg_dealloc(40)")
 
 
 def hand_written(inc=240, dec=24):
@@ -93,10 +95,11 @@ def hand_written(inc=240, dec=24):
 def test_inc_and_dec_max_nreg():
     src = tilelang.compile(hand_written(), target="sm_90a").get_kernel_source()
     assert "tl::setmaxnreg_inc<240>();" in src and "tl::setmaxnreg_dec<24>();" in src
-    with pytest.raises(UserError, match="multiple of 8"):
+    with pytest.raises(UserError, match="multiple of 8"):  # raised at the call: the traceback shows the user's line
         T.inc_max_nreg(241)
-    with pytest.raises(UserError, match=r"(?s)256 \+ 248 = 504 registers per thread, more than the 496"):
+    with pytest.raises(UserError, match=r"(?s)256 \+ 248 = 504 registers per thread, more than the 496") as err:
         tilelang.compile(hand_written(inc=256, dec=248), target="sm_90a")
+    assert_points_at(err, "T.inc_max_nreg(inc)")
 
 
 @pytest.mark.gpu

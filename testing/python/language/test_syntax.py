@@ -14,6 +14,7 @@ import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
 from tilelang.errors import UserError
+from tilelang.testing import assert_points_at
 
 
 def _stores(func):
@@ -119,6 +120,8 @@ def test_unpacking_mismatch_is_an_error_at_the_line():
                 a = T.alloc_local((2,), "int32")
                 a[0], a[1] = 1, 2, 3
                 A[0] = a[0]
+
+    assert_points_at(err, "a[0], a[1] = 1, 2, 3")
 
     lines, start = inspect.getsourcelines(test_unpacking_mismatch_is_an_error_at_the_line)
     line = start + next(k for k, text in enumerate(lines) if "= 1, 2, 3" in text and "match" not in text)

@@ -22,6 +22,7 @@ from tilelang.codegen import cuda
 from tilelang.engine.pipeline import lower
 from tilelang.errors import UserError
 from tilelang.options import CompileOptions
+from tilelang.testing import assert_points_at
 from tilelang.utils.target import determine_target
 
 
@@ -221,14 +222,20 @@ def test_argument_errors():
 
         return main
 
-    with pytest.raises(UserError, match="needs barrier="):
+    with pytest.raises(UserError, match="needs barrier=") as err:
         kernel("no barrier")
-    with pytest.raises(UserError, match="TMA store.*not supported.*use T.copy"):
+    assert_points_at(err, "T.tma_copy(A[0:128, 0:64], A_s)")
+    with pytest.raises(UserError, match="TMA store.*not supported.*use T.copy") as err:
         kernel("store")
-    with pytest.raises(UserError, match=r"leader_scope_threads must be a positive multiple of 32 \(a warp\), got 48"):
+    assert_points_at(err, "T.tma_copy(A_s, A[0:128, 0:64], barrier=bar)")
+    with pytest.raises(
+        UserError, match=r"leader_scope_threads must be a positive multiple of 32 \(a warp\), got 48"
+    ) as err:
         kernel("load", annotations={"leader_scope_threads": 48})
-    with pytest.raises(UserError, match="unknown annotation 'wait'"):
+    assert_points_at(err, "T.tma_copy(A[0:128, 0:64], A_s, barrier=bar, **kwargs)")
+    with pytest.raises(UserError, match="unknown annotation 'wait'") as err:
         kernel("load", annotations={"wait": 1})
+    assert_points_at(err, "T.tma_copy(A[0:128, 0:64], A_s, barrier=bar, **kwargs)")
 
 
 def test_eviction_policy_is_checked_and_accepted():
@@ -243,7 +250,7 @@ def test_eviction_policy_is_checked_and_accepted():
             T.copy(A_s, C)
 
     assert "tl::tma_load(" in _source(main)
-    with pytest.raises(UserError, match="eviction_policy must be one of"):
+    with pytest.raises(UserError, match="eviction_policy must be one of") as err:
 
         @T.prim_func
         def bad(A: T.Tensor((128, 64), "float16")):
@@ -251,6 +258,8 @@ def test_eviction_policy_is_checked_and_accepted():
                 A_s = T.alloc_shared((128, 64), "float16")
                 full = T.alloc_barrier(128)
                 T.tma_copy(A[0:128, 0:64], A_s, barrier=full, eviction_policy="keep")
+
+    assert_points_at(err, 'eviction_policy="keep"')
 
 
 @pytest.mark.gpu
@@ -326,8 +335,9 @@ def test_column_windows_of_a_swizzled_tile():
 
 def test_a_window_off_the_panels_is_an_error():
     where = r"test_tma_copy_protocol.py:\d+\n\s*\| T.tma_copy\(A\["
-    with pytest.raises(UserError, match=r"(?s)whole swizzle panels.*" + where):
+    with pytest.raises(UserError, match=r"(?s)whole swizzle panels.*" + where) as err:
         _source(column_windows(width=32))
+    assert_points_at(err, "T.tma_copy(A[:, j * width : (j + 1) * width]")
 
 
 @pytest.mark.gpu

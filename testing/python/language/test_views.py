@@ -15,6 +15,7 @@ from tilelang.layout import layout as sl
 from tilelang.layout.evaluate import evaluate, grid
 from tilelang.op import base
 from tilelang.op import view as view_op
+from tilelang.testing import assert_points_at
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import FRAGMENT_LAYOUTS, infer_layout
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
@@ -187,6 +188,7 @@ def test_view_mistakes(make, message):
 
 
 def test_on_chip_view_needs_a_constant_shape():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="a view of shared tile 's' must have a constant shape"):
         n = tirx.Var("n", "int32")
         view_op.declare(tirx.decl_buffer((64,), "float16", "s", scope="shared.dyn"), (n,), None, "T.reshape")
@@ -395,5 +397,6 @@ def test_view_of_a_multi_buffered_tile_is_refused():
                 for i, j in T.Parallel(64, 32):
                     B[k * 64 + i, j] = w[i, j]
 
-    with pytest.raises(UserError, match="'s'.*'w'|'w'.*'s'"):
+    with pytest.raises(UserError, match="'s'.*'w'|'w'.*'s'") as err:
         tilelang.compile(main, target="sm_80")
+    assert_points_at(err, 'w = T.view(s, shape=(64, 32), dtype="int32")')

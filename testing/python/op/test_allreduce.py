@@ -16,7 +16,9 @@ from tilelang.utils.ir import collect
 
 
 def _raises_at(message: str, line: str):
-    return pytest.raises(UserError, match=rf"(?s){message}.*test_allreduce\.py:\d+.*{re.escape(line)}")
+    return pytest.raises(
+        UserError, match=rf"(?s){message}.*--> [^\n]*test_allreduce\.py:\d+.*\|[^\n]*{re.escape(line)}"
+    )
 
 
 def split_k_sum(nx, ny, dtype="float32"):

@@ -30,7 +30,7 @@ def _device_calls(func) -> list:
 
 def _raises_at(message: str, line: str):
     """A UserError whose message matches `message` and that shows `line` of this file."""
-    return pytest.raises(UserError, match=rf"(?s){message}.*test_atomic\.py:\d+.*{re.escape(line)}")
+    return pytest.raises(UserError, match=rf"(?s){message}.*--> [^\n]*test_atomic\.py:\d+.*\|[^\n]*{re.escape(line)}")
 
 
 def _many_forms():

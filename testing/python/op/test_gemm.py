@@ -14,6 +14,7 @@ from tilelang.op import gemm as gemm_op
 from tilelang.op.gemm import instructions as inst
 from tilelang.op.gemm import policy as policy_mod
 from tilelang.op.gemm import selection
+from tilelang.testing import assert_points_at
 from tilelang.utils.target import determine_target
 
 
@@ -34,6 +35,7 @@ def test_instruction_selection(a, c, arch, k):
 
 
 def test_fp8_needs_sm89():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="no tensor-core instruction on sm_80 multiplies float8_e4m3fn"):
         inst.select(determine_target("sm_80"), "float8_e4m3fn", "float8_e4m3fn", "float32")
 
@@ -51,6 +53,7 @@ def test_warp_partition_policies(policy, expect):
 
 
 def test_warp_partition_error_names_the_constraint():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="cannot tile a 24 x 128 output"):
         policy_mod.warp_partition(24, 128, 4, gemm_op.GemmWarpPolicy.Square)
 
@@ -114,8 +117,9 @@ def test_fragment_a_lives_where_the_c_of_a_previous_gemm_does():
 
 
 def test_k_not_a_multiple_of_the_instruction_is_reported():
-    with pytest.raises(UserError, match="K = 8 is not a multiple of 16"):
+    with pytest.raises(UserError, match="K = 8 is not a multiple of 16") as err:
         tilelang.compile(_gemm_kernel(64, 64, 8), target="sm_80")
+    assert_points_at(err, "T.gemm(A_s, B_s, C_f, trans_a, trans_b")
 
 
 def test_shapes_must_chain():

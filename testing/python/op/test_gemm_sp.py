@@ -92,8 +92,10 @@ def test_instruction_selection(a, c, arch, k):
 
 
 def test_fp8_needs_sm89_and_bf16_accumulates_in_fp32():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="no sparse tensor-core instruction on sm_80 multiplies float8_e4m3"):
         sp.select(determine_target("sm_80"), "float8_e4m3", "float32")
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="multiplies bfloat16 into bfloat16; supported: float16 -> float32/float16"):
         sp.select(determine_target("sm_90a"), "bfloat16", "bfloat16")
 
@@ -264,7 +266,7 @@ def test_shared_operands_take_the_mma_swizzle_and_metadata_stays_row_major():
 
 
 def _raises_at(message: str, line: str):
-    return pytest.raises(UserError, match=rf"(?s){message}.*test_gemm_sp\.py:\d+.*{re.escape(line)}")
+    return pytest.raises(UserError, match=rf"(?s){message}.*--> [^\n]*test_gemm_sp\.py:\d+.*\|[^\n]*{re.escape(line)}")
 
 
 def test_trace_time_errors_at_the_users_line():

@@ -16,7 +16,7 @@ from tilelang.utils.ir import collect
 
 
 def _raises_at(message: str, line: str):
-    return pytest.raises(UserError, match=rf"(?s){message}.*test_reducer\.py:\d+.*{re.escape(line)}")
+    return pytest.raises(UserError, match=rf"(?s){message}.*--> [^\n]*test_reducer\.py:\d+.*\|[^\n]*{re.escape(line)}")
 
 
 def _ops(func):

@@ -13,6 +13,7 @@ from tilelang.codegen import cuda
 from tilelang.errors import UserError
 from tilelang.op import base
 from tilelang.op import gemm as gemm_op
+from tilelang.testing import assert_points_at
 from tilelang.utils.ir import collect
 
 
@@ -68,6 +69,7 @@ def test_where_wgmma_does_not_apply_it_is_an_error_at_the_users_line():
     for func, arch in ((two_parts(), "sm_80"), (two_parts(M=32), "sm_90a")):
         with pytest.raises(UserError) as err:
             tilelang.compile(func, out_idx=[4], target=arch)
+        assert_points_at(err, "T.wgmma_gemm(Q_s, K_s, S_f, transpose_B=True)")
         msg = str(err.value)
         assert "T.wgmma_gemm(Q_s, K_s, S_f) cannot run as wgmma here" in msg and "use T.gemm" in msg
         assert "T.wgmma_gemm(Q_s, K_s, S_f, transpose_B=True)" in msg and "test_wgmma_gemm.py" in msg

@@ -8,6 +8,7 @@ import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
 from tilelang.errors import UserError
+from tilelang.testing import assert_points_at
 
 
 def _location(marker):
@@ -49,6 +50,7 @@ def _row_sums(threads):
 def test_a_gemm_in_a_kernel_of_100_threads_points_at_the_kernel(arch):
     with pytest.raises(UserError) as info:
         tilelang.compile(_gemm(100), target=arch)
+    assert_points_at(info, "T.gemm(A_s, B_s, C_f)  # the gemm")
     text = str(info.value)
     assert "T.gemm needs whole warps; the kernel has 100 threads, not a multiple of 32 (use threads=128)" in text
     kernel_at = f"{_location('# the gemm' + chr(39) + 's kernel')}\n   | with T.Kernel(1, threads=threads):"
@@ -62,6 +64,7 @@ def test_a_reduction_across_threads_of_100_threads_points_at_the_kernel(arch):
     # would have 4 lanes (tl::shfl_xor names all 32).
     with pytest.raises(UserError) as info:
         tilelang.compile(_row_sums(100), target=arch)
+    assert_points_at(info, "T.reduce_sum(A_f, S_f, dim=1)  # the reduction")
     text = str(info.value)
     assert "T.reduce_sum(A_f, S_f) combines each row across threads with warp shuffles" in text
     assert "the kernel has 100 threads, not a multiple of 32 (use threads=128)" in text

@@ -384,15 +384,19 @@ def test_do_bench_stops_early_above_the_baseline(fake_gpu):
 
 
 def test_do_bench_rejects_unknown_options_naming_the_known_ones():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match=r"unknown backend 'nvtx'; the backends are 'event', 'cupti', 'cudagraph'"):
         do_bench(lambda: None, backend="nvtx")
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match=r"unknown return_mode 'avg'; the modes are 'min', 'max', 'mean', 'median'"):
         do_bench(lambda: None, return_mode="avg")
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match=r"quantiles are fractions in \[0, 1\]"):
         do_bench(lambda: None, quantiles=[50])
 
 
 def test_do_bench_without_a_gpu_says_so():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="do_bench times work on a CUDA GPU, and torch sees none"):
         do_bench(lambda: None)
 
@@ -404,7 +408,7 @@ def test_cupti_backend_unavailable_names_the_backends_that_are(monkeypatch):
     monkeypatch.setattr(torch.profiler, "supported_activities", lambda: {torch.profiler.ProfilerActivity.CPU})
     assert bench.available_backends() == ["event", "cudagraph"]
     bench._require_cuda("event")
-    with pytest.raises(
+    with pytest.raises(  # raised at the call: the traceback shows the user's line
         UserError, match=r"'cupti' backend needs .*CUDA activity.*available here are 'event', 'cudagraph'"
     ):
         bench._require_cuda("cupti")

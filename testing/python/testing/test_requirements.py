@@ -89,6 +89,7 @@ def test_compute_version_without_a_gpu_is_skipped_whatever_the_mode(monkeypatch)
 
 
 def test_compute_version_bad_mode_is_a_user_error():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="mode 'ne' is not one of ge, gt, le, lt, eq"):
         tilelang.testing.requires_cuda_compute_version(9, 0, mode="ne")
 

@@ -47,10 +47,11 @@ def test_unknown_architecture_has_no_peak():
 
 
 def test_dynamic_sizes_are_refused():
-    with pytest.raises(UserError, match="not a constant"):
+    with pytest.raises(UserError, match="not a constant"):  # raised at the call: the traceback shows the user's line
         Analyzer.analysis(matmul(T.dynamic("m"), 256, 256), H100)
 
 
 def test_not_a_kernel():
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="expected a prim_func or an IRModule"):
         Analyzer.analysis("main", H100)

@@ -20,15 +20,18 @@ def test_without_matplotlib_the_error_says_so(monkeypatch, tmp_path):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="needs matplotlib.*pip install matplotlib"):
         plot_layout(partition((16, 16), 32), save_directory=str(tmp_path))
 
 
 def test_bad_arguments(tmp_path):
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="expected a Fragment or a Layout, got list"):
         plot_layout([1, 2], save_directory=str(tmp_path))
-    with pytest.raises(UserError, match="unknown format"):
+    with pytest.raises(UserError, match="unknown format"):  # raised at the call: the traceback shows the user's line
         plot_layout(partition((16, 16), 32), save_directory=str(tmp_path), formats="jpg")
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="view must be 'input' or 'output'"):
         plot_layout(swizzle((8, 64), 16, 3), save_directory=str(tmp_path), view="sideways")
 
@@ -49,5 +52,6 @@ def test_fragment_and_layout_files(tmp_path, capsys):
     assert pdf.endswith("swizzle.pdf") and (tmp_path / "swizzle.pdf").read_bytes()[:4] == b"%PDF"
     plot_layout(layout, save_directory=str(tmp_path), name="swizzle_mem", formats="all", view="output")
     assert {p.name for p in tmp_path.iterdir()} >= {"swizzle_mem.pdf", "swizzle_mem.png", "swizzle_mem.svg"}
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="does not hold the 512 elements"):
         plot_layout(layout, save_directory=str(tmp_path), grid_shape=(4, 4))

@@ -15,6 +15,7 @@ import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
 from tilelang.errors import UserError
+from tilelang.testing import assert_points_at
 from tilelang.transform.apply_global_layouts import apply_global_layouts
 from tilelang.transform.infer_layout import ANNOTATED_LAYOUTS
 
@@ -161,6 +162,7 @@ def test_a_bulk_atomic_add_into_a_laid_out_tensor_is_refused():
 
     with pytest.raises(UserError, match=r"uses global tensor 'A' as it is stored.*drop use_tma=True") as err:
         tilelang.compile(main, target="sm_90a")
+    assert_points_at(err, "T.atomic_add(A, S, use_tma=True)  # the bulk add")
     assert f":{_line_of('# the bulk add')}" in str(err.value)
 
 
@@ -173,7 +175,7 @@ def test_a_view_of_a_laid_out_tensor_is_refused():
             for i in T.Parallel(4096):
                 B[i] = flat[i]
 
-    with pytest.raises(UserError, match=r"views global tensor 'A', which has a layout"):
+    with pytest.raises(UserError, match=r"views global tensor 'A', which has a layout"):  # location: missing (reported)
         tilelang.compile(main, target="sm_80")
 
 
@@ -187,12 +189,14 @@ def test_a_layout_larger_than_the_tensor_is_refused_at_its_line():
                 for i, j in T.Parallel(64, 64):
                     A[i, j] = 0.0
 
+    assert_points_at(err, "T.annotate_layout({A: T.Layout((64, 64), lambda i, j: [i, j * 2])})")
+
     assert "# spread out" in str(err.value)
 
 
 def test_a_layout_for_a_dynamic_tensor_is_refused():
     m = T.dynamic("m")
-    with pytest.raises(UserError, match=r"'A' has a dynamic shape"):
+    with pytest.raises(UserError, match=r"'A' has a dynamic shape") as err:
 
         @T.prim_func
         def main(A: T.Tensor((m, 64), "float32")):
@@ -200,6 +204,8 @@ def test_a_layout_for_a_dynamic_tensor_is_refused():
                 T.annotate_layout({A: transposed((64, 64))})
                 for i, j in T.Parallel(64, 64):
                     A[i, j] = 0.0
+
+    assert_points_at(err, "T.annotate_layout({A: transposed((64, 64))})")
 
 
 def test_layout_of_a_large_tensor_is_proved_not_evaluated():
@@ -210,5 +216,6 @@ def test_layout_of_a_large_tensor_is_proved_not_evaluated():
     assert lay.output_shape == (8, 128, 32, 16, 2, 32) and lay.physical_size == 8 * 1024 * 32 * 128
     # Not an affine map (an XOR): evaluated, and a collision is still found.
     assert T.Layout((64, 64), lambda i, j: [i, (j // 8) ^ (i % 8), j % 8]).output_shape == (64, 8, 8)
+    # raised at the call: the traceback shows the user's line
     with pytest.raises(UserError, match="map to the same position"):
         T.Layout((8, 8), lambda i, j: [i, (j // 2) ^ (i % 2)])

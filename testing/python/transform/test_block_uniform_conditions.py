@@ -8,6 +8,7 @@ import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
 from tilelang.errors import UserError
+from tilelang.testing import assert_points_at
 
 M = N = K = 512
 
@@ -46,8 +47,9 @@ def test_a_block_sparse_mask_guards_tile_ops(target):
 
 
 def test_a_mask_the_kernel_writes_is_not_uniform():
-    with pytest.raises(UserError, match="(?s)may differ between the threads.*if Mask\\[by, bx, k\\]"):
+    with pytest.raises(UserError, match="(?s)may differ between the threads.*if Mask\\[by, bx, k\\]") as err:
         tilelang.compile(_blocksparse(write_mask=True), out_idx=[-1], target="sm_80")
+    assert_points_at(err, "if Mask[by, bx, k]:")
 
 
 def test_pure_calls_keep_a_condition_uniform():
@@ -103,6 +105,6 @@ def _table_from_an_earlier_kernel():
 def test_a_table_an_earlier_kernel_wrote_is_uniform(target):
     kernel = tilelang.compile(_table_from_an_earlier_kernel(), target=target)
     src = kernel.get_kernel_source()
-    body = src[src.index("if (0 <= table"):]
+    body = src[src.index("if (0 <= table") :]
     assert "__syncthreads();" in body[: body.index("y_ptr[")]
     cuda.compile_object(src, kernel.target, host_src=kernel.host_source)

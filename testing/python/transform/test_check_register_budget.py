@@ -6,6 +6,7 @@ import pytest
 
 import tilelang.language as T
 from tilelang.errors import UserError
+from tilelang.testing import assert_points_at
 from tilelang.transform.check_register_budget import check_register_budget, launch_count
 
 
@@ -35,10 +36,12 @@ def test_counts_that_fit_leave_the_ir_unchanged():
 
 def test_counts_past_the_launch_count_are_an_error():
     assert launch_count(384) == 168
-    with pytest.raises(UserError, match=r"240 \+ 240 \+ 32 = 512 registers per thread, more than the 504"):
+    with pytest.raises(UserError, match=r"240 \+ 240 \+ 32 = 512 registers per thread, more than the 504") as err:
         check_register_budget(_warpgroups([(240, 1), (240, 1), (32, 0)]))
+    assert_points_at(err, "T.set_max_nreg(*counts[0])")
 
 
 def test_a_lowering_above_what_the_block_has_is_an_error():
-    with pytest.raises(UserError, match=r"T.set_max_nreg\(176, 0\) lowers a warpgroup's registers"):
+    with pytest.raises(UserError, match=r"T.set_max_nreg\(176, 0\) lowers a warpgroup's registers") as err:
         check_register_budget(_warpgroups([(240, 1), (240, 1), (176, 0)]))
+    assert_points_at(err, "T.set_max_nreg(*counts[2])")

@@ -5,6 +5,7 @@ import pytest
 import tilelang
 import tilelang.language as T
 from tilelang.errors import UserError
+from tilelang.testing import assert_points_at
 
 
 def _kernel(rows):
@@ -21,16 +22,16 @@ def _kernel(rows):
 def test_over_the_limit_names_the_tiles_and_the_limit():
     with pytest.raises(UserError) as info:
         tilelang.compile(_kernel(256), target="sm_90a")  # 256 KiB > 227 KiB
+    assert_points_at(info, 'big = T.alloc_shared((rows, 256), "float32")')
     text = str(info.value)
     assert "256.0 KiB" in text and "227 KiB" in text and "big: [256, 256] float32" in text
-    # Where the user allocated it: this file's line of T.alloc_shared.
-    assert "test_check_shared_memory.py:14" in text and 'big = T.alloc_shared((rows, 256), "float32")' in text
 
 
 def test_limits_differ_by_architecture():
     tilelang.compile(_kernel(128), target="sm_80")  # 128 KiB fits sm_80's 163 KiB
-    with pytest.raises(UserError, match="sm_89 allows 99 KiB"):
+    with pytest.raises(UserError, match="sm_89 allows 99 KiB") as err:
         tilelang.compile(_kernel(128), target="sm_89")
+    assert_points_at(err, 'big = T.alloc_shared((rows, 256), "float32")')
 
 
 def test_an_internal_failure_is_a_compiler_error_naming_the_pass(monkeypatch):
@@ -62,6 +63,7 @@ def _two_tiles():
 def test_each_tile_is_listed_with_its_size_at_its_allocation_line():
     with pytest.raises(UserError) as info:
         tilelang.compile(_two_tiles(), target="sm_90a")  # 128 + 112 KiB live together > 227 KiB
+    assert_points_at(info, 'X = T.alloc_shared((256, 256), "float16")  # the first tile')
     text = str(info.value)
     with open(__file__) as f:
         source = f.read().splitlines()

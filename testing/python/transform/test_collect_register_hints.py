@@ -11,6 +11,7 @@ from tvm import ir, tirx
 import tilelang.language as T
 from tilelang.errors import UserError
 from tilelang.language.barriers import REGISTER_HINT
+from tilelang.testing import assert_points_at
 from tilelang.transform.collect_register_hints import REGISTER_HINTS, collect_register_hints
 
 
@@ -79,13 +80,15 @@ def test_two_counts_for_one_role():
 
     message = r"(?s)consumer warpgroup's registers are hinted twice, as 240 and 232.*"
     message += r"annotate_consumer_reg_alloc\(240\).*annotate_consumer_reg_alloc\(232\)"
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(UserError, match=message) as err:
         collect_register_hints(main)
+    assert_points_at(err, "T.annotate_consumer_reg_alloc(232)")
 
 
 def test_counts_are_checked_when_traced():
     for bad in (20, 100, 248, 24.0):
+        # raised at the call: the traceback shows the user's line
         with pytest.raises(UserError, match=r"reg_count must be a multiple of 8 in \[24, 240\]"):
             T.annotate_producer_reg_dealloc(bad)
-    with pytest.raises(UserError, match="multiple of 8"):
+    with pytest.raises(UserError, match="multiple of 8"):  # raised at the call: the traceback shows the user's line
         T.annotate_consumer_reg_alloc(250)

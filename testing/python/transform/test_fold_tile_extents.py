@@ -14,6 +14,7 @@ import tilelang.language as T
 from tilelang.codegen import cuda
 from tilelang.errors import UserError
 from tilelang.op import base
+from tilelang.testing import assert_points_at
 from tilelang.transform.fold_tile_extents import fold_tile_extents
 from tilelang.utils.ir import collect, const_int
 
@@ -106,6 +107,7 @@ def test_a_copy_between_bound_values_becomes_a_tma_load():
 def test_extents_that_stay_dynamic_are_an_error_at_the_users_line():
     with pytest.raises(UserError) as err:
         tilelang.compile(heads_tma(lens_bound=True), target="sm_90a")
+    assert_points_at(err, "T.tma_copy(Q[b, h0:h1, :], Q_s, barrier=bar)")
     msg = str(err.value)
     assert "T.tma_copy of Q[" in msg and "the tile's extents are not constants" in msg
     assert "test_fold_tile_extents.py" in msg and "T.tma_copy(Q[b, h0:h1, :], Q_s, barrier=bar)" in msg

@@ -15,6 +15,7 @@ from tilelang.codegen import cuda
 from tilelang.errors import UserError
 from tilelang.layout import fragment as fl
 from tilelang.layout.evaluate import evaluate, grid
+from tilelang.testing import assert_points_at
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import FRAGMENT_LAYOUTS, LOOP_LAYOUT, infer_layout
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
@@ -256,8 +257,11 @@ def test_an_outer_loop_index_mixed_with_a_loop_variable():
 
 def test_an_outer_loop_index_whose_threads_move_is_an_error():
     # Spread row-major, x[i, jj * 4 + j] lives on another thread for each jj: sq cannot follow it.
-    with pytest.raises(UserError, match=r"(?s)fragment .x. .*was annotated.*move to other threads as jj changes"):
+    with pytest.raises(
+        UserError, match=r"(?s)fragment .x. .*was annotated.*move to other threads as jj changes"
+    ) as err:
         _infer(squares_by_column_groups(fl.partition((32, 256), 128, 4)))
+    assert_points_at(err, "for i, j in T.Parallel(32, 4):")
 
 
 def test_iterations_a_fragment_does_not_cover_run_on_its_holders():
@@ -308,8 +312,9 @@ def test_a_spread_fragment_read_outside_loops_is_an_error():
         UserError,
         match=r"(?s)fragment 'S' is read outside a T.Parallel loop.*spreads it over the threads.*"
         r"C\[0\] = S\[0, 0\].*T.gemm\(A_s, A_s, S",
-    ):
+    ) as err:
         tilelang.compile(main, out_idx=[1], target="sm_80")
+    assert_points_at(err, "C[0] = S[0, 0]")
 
 
 def test_a_fragment_of_a_thread_branch_read_by_the_whole_block_is_an_error():
@@ -326,8 +331,9 @@ def test_a_fragment_of_a_thread_branch_read_by_the_whole_block_is_an_error():
             for i, j in T.Parallel(64, 64):
                 B[i, j] = S[i, j]
 
-    with pytest.raises(UserError, match=r"(?s)fragment 'S'.*spans 128 threads, the second 256"):
+    with pytest.raises(UserError, match=r"(?s)fragment 'S'.*spans 128 threads, the second 256") as err:
         tilelang.compile(main, out_idx=[1], target="sm_90a")
+    assert_points_at(err, "for i, j in T.Parallel(64, 64):")
 
 
 def test_two_gemm_results_in_different_registers_are_reported_with_both_gemms():
@@ -346,8 +352,9 @@ def test_two_gemm_results_in_different_registers_are_reported_with_both_gemms():
 
     with pytest.raises(
         UserError, match=r"(?s)T.gemm\(A_s, A_s, [XY]\) and T.gemm\(A_s, A_s, [XY]\) fix the layouts.*shared tile"
-    ):
+    ) as err:
         tilelang.compile(main, out_idx=[1], target="sm_80")
+    assert_points_at(err, "T.gemm(A_s, A_s, Y, clear_accum=True, policy=T.GemmWarpPolicy.FullCol)")
 
 
 def test_a_register_flag_set_per_thread_keeps_its_branch_varying():
@@ -361,8 +368,9 @@ def test_a_register_flag_set_per_thread_keeps_its_branch_varying():
                 T.copy(A, A_s)
                 T.copy(A_s, C)
 
-    with pytest.raises(UserError, match="may differ between the threads"):
+    with pytest.raises(UserError, match="may differ between the threads") as err:
         tilelang.compile(main, out_idx=[1], target="sm_80")
+    assert_points_at(err, "if flag == 1:")
 
 
 # ---- whole kernels (lowered, and built with nvcc) ------------------------------------------------

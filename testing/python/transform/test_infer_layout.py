@@ -13,6 +13,7 @@ from tilelang.layout import fragment as fl
 from tilelang.layout import layout as sl
 from tilelang.layout.evaluate import evaluate, grid
 from tilelang.layout.layout import shared_layout_from_ir
+from tilelang.testing import assert_points_at
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import (
     DYNAMIC,
@@ -164,6 +165,7 @@ def test_conflicting_uses_name_the_fragment_and_both_lines():
 
     with pytest.raises(UserError) as info:
         infer_layout(_prepare(main))
+    assert_points_at(info, "for i, j in T.Parallel(64, 64):")
     text = str(info.value)
     assert "fragment 'g'" in text and "different layouts" in text
     lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("|")]
@@ -196,8 +198,9 @@ def test_fragment_indexed_by_a_smaller_loop_is_reported():
             for i, j in T.Parallel(64, 64):
                 f[i] = A[i, j]
 
-    with pytest.raises(UserError, match="fragment 'f'"):
+    with pytest.raises(UserError, match="fragment 'f'") as err:
         infer_layout(_prepare(main))
+    assert_points_at(err, "for i, j in T.Parallel(64, 64):")
 
 
 def test_a_gemm_into_a_slice_of_a_fragment_is_reported():
@@ -215,8 +218,9 @@ def test_a_gemm_into_a_slice_of_a_fragment_is_reported():
                 T.copy(O[p, :, :], C[:, p * 64 : (p + 1) * 64])
 
     with pytest.raises(UserError, match=r"(?s)fragment 'O' as a \[64, 64\] tile, but it has shape \[4, 64, 64\].*"
-                       r"test_infer_layout.py:\d+\n\s*\| T.gemm\(A_s, A_s, O\[p, :, :\]"):  # fmt: skip
+                       r"test_infer_layout.py:\d+\n\s*\| T.gemm\(A_s, A_s, O\[p, :, :\]") as err:  # fmt: skip
         tilelang.compile(main, target="sm_90a")
+    assert_points_at(err, "T.gemm(A_s, A_s, O[p, :, :], clear_accum=True)")
 
 
 def test_idle_threads_avoided_when_tile_is_small():
@@ -312,8 +316,9 @@ def test_a_replicated_fragment_written_on_some_of_its_threads_is_an_error():
 
     with pytest.raises(
         UserError, match="(?s)fragment 'm' is held by several threads.*was annotated.*stale.*loop_layout=one_thread"
-    ):
+    ) as err:
         infer_layout(_prepare(main))
+    assert_points_at(err, "for k in T.Parallel(128, loop_layout=one_thread):")
 
 
 def test_free_level_picks_the_root_with_fewest_registers():

@@ -6,6 +6,7 @@ from ir_testing import assert_ir_equal
 import tilelang.language as T
 from tilelang.errors import UserError
 from tilelang.layout import fragment as fl
+from tilelang.testing import assert_points_at
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.infer_layout import infer_layout
 from tilelang.transform.legalize_safe_memory_access import legalize_safe_memory_access
@@ -89,8 +90,9 @@ def test_fragment_read_outside_parallel_is_an_error():
             T.copy(A, f)
             A[0] = f[3]
 
-    with pytest.raises(UserError, match="fragment 'f' is read outside a T.Parallel"):
+    with pytest.raises(UserError, match="fragment 'f' is read outside a T.Parallel") as err:
         _run(before)
+    assert_points_at(err, "A[0] = f[3]")
 
 
 def test_each_kernel_uses_its_own_threads():
@@ -236,6 +238,7 @@ def test_loop_over_a_dynamic_extent_cannot_touch_a_fragment():
 
     with pytest.raises(UserError) as info:
         _run(before)
+    assert_points_at(info, "for i in T.Parallel(M):")
     text = str(info.value)
     assert "T.Parallel loop of shape [m] has a dynamic extent" in text and "fragment 'f'" in text
     assert "for i in T.Parallel(M):" in text
@@ -291,6 +294,7 @@ def test_a_pointer_across_the_layouts_contiguous_runs_is_an_error_at_the_users_l
     # 8 fp16 elements from column 8k + 4 are halves of two 16-byte chunks, which the swizzle moves apart.
     with pytest.raises(UserError) as err:
         _run(_hand_written_cp_async(shift=4))
+    assert_points_at(err, 'T.ptx_cp_async(T.access_ptr(s[row, col + shift], "w", elems)')
     msg = str(err.value)
     assert "T.access_ptr into 's'" in msg and "at most 8 elements starting at a multiple of 8" in msg
     assert 'T.ptx_cp_async(T.access_ptr(s[row, col + shift], "w", elems)' in msg

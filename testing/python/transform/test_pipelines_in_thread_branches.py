@@ -13,6 +13,7 @@ import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda
 from tilelang.errors import UserError
+from tilelang.testing import assert_points_at
 
 M = N = 64
 K = 256
@@ -145,8 +146,9 @@ def test_barrier_allocated_inside_a_branch_is_still_an_error():
                 bar = T.alloc_barrier(128)
                 T.barrier_arrive(bar)
 
-    with pytest.raises(UserError, match="allocate barriers \\(T.alloc_barrier\\) outside the branch"):
+    with pytest.raises(UserError, match="allocate barriers \\(T.alloc_barrier\\) outside the branch") as err:
         tilelang.compile(main, target="sm_90a")
+    assert_points_at(err, "if T.get_thread_binding() >= 128:")
 
 
 @pytest.mark.gpu

@@ -15,6 +15,7 @@ from tilelang.errors import UserError
 from tilelang.op import gemm as gemm_op
 from tilelang.op.gemm import mma, selection, wgmma
 from tilelang.options import CompileOptions
+from tilelang.testing import assert_points_at
 from tilelang.transform.select_gemm_instructions import select_gemm_instructions
 from tilelang.utils.target import determine_target
 
@@ -83,8 +84,9 @@ def test_selecting_again_replaces_the_record():
 
 
 def test_dtypes_the_target_cannot_multiply_are_an_error_at_the_gemm():
-    with pytest.raises(UserError, match=r"(?s)no tensor-core instruction on sm_80 .*float8_e4m3fn.*T.gemm\(A_s"):
+    with pytest.raises(UserError, match=r"(?s)no tensor-core instruction on sm_80 .*float8_e4m3fn.*T.gemm\(A_s") as err:
         select_gemm_instructions(_on(_gemm_kernel(dtype="float8_e4m3fn"), "sm_80"))
+    assert_points_at(err, "T.gemm(A_s, B_s, C_f)")
 
 
 def _tile_read_by_two_gemms(rows_dq=32):
@@ -291,6 +293,7 @@ def _mixed_operands(convert_first=False):
 def test_operands_of_different_dtypes_are_an_error_at_the_gemm(arch):
     with pytest.raises(UserError) as info:
         tilelang.compile(_mixed_operands(), target=arch)
+    assert_points_at(info, "T.gemm(A_s, B_s, C_f)  # int8 x float16")
     text = str(info.value)
     assert "different dtypes: A_s is int8 and B_s is float16" in text
     assert "supported:" not in text  # not the instruction table

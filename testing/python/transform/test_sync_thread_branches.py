@@ -15,6 +15,7 @@ import tilelang.language as T
 from tilelang import intrinsics
 from tilelang.codegen import cuda
 from tilelang.errors import UserError
+from tilelang.testing import assert_points_at
 from tilelang.transform.sync_thread_branches import (
     THREAD_BRANCH,
     expose_thread_branches,
@@ -129,8 +130,9 @@ def test_fragment_shared_with_the_other_threads_is_an_error():
             for i, j in T.Parallel(M, N):
                 B[i, j] = m[i]
 
-    with pytest.raises(UserError, match=r"spans 128 threads, the second 256.*if tx < n"):
+    with pytest.raises(UserError, match=r"spans 128 threads, the second 256.*if tx < n") as err:
         tilelang.compile(main, out_idx=[1], target="sm_90a")
+    assert_points_at(err, "T.reduce_max(S, m, dim=1)")
 
 
 def _kernel(body, threads=256):
@@ -282,8 +284,9 @@ def test_gemm_branch_off_a_warpgroup_is_an_error():
                 T.gemm(A_s, A_s, S, transpose_B=True, clear_accum=True)
                 T.copy(S, B)
 
-    with pytest.raises(UserError, match="starts at thread 64, not a multiple of 128"):
+    with pytest.raises(UserError, match="starts at thread 64, not a multiple of 128") as err:
         tilelang.compile(main, out_idx=[1], target="sm_90a")
+    assert_points_at(err, "T.gemm(A_s, A_s, S, transpose_B=True, clear_accum=True)")
 
 
 @pytest.mark.gpu
@@ -385,8 +388,9 @@ def test_else_of_a_middle_range_is_an_error():
                 T.copy(A, F)
                 T.copy(F, B)
 
-    with pytest.raises(UserError, match="both sides of"):
+    with pytest.raises(UserError, match="both sides of") as err:
         tilelang.compile(main, out_idx=[1], target="sm_90a")
+    assert_points_at(err, "if tx >= 128 and tx < 256:")
 
 
 @pytest.mark.gpu
@@ -442,8 +446,9 @@ def test_a_condition_reading_memory_at_thread_indices_is_not_block_uniform():
                     B[i, j] = S[j, i]
 
     message = r"(?s)inside an `if` whose condition may differ between the threads.*\n\s*\| if n\[tx\] > 0:"
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(UserError, match=message) as err:
         tilelang.compile(main, out_idx=[1], target="sm_80")
+    assert_points_at(err, "if n[tx] > 0:  # each thread loads its own n[tx]")
 
 
 @pytest.mark.gpu
@@ -487,8 +492,9 @@ def prefix_sums(threads=256, width=128):
 
 def test_without_storage_sync_only_the_kernels_barriers_remain():
     # Barrier insertion sees h written and read by other threads inside `if tx < 128` and refuses.
-    with pytest.raises(UserError, match="inside an `if` whose condition may differ between the threads"):
+    with pytest.raises(UserError, match="inside an `if` whose condition may differ between the threads") as err:
         tilelang.compile(prefix_sums(), out_idx=[1], target="sm_90a")
+    assert_points_at(err, "if A[tx] != -1000:")
     # With tl.disable_thread_storage_sync no barrier is inserted, as in TileLang: the kernel's own
     # two named barriers (in the loop) and one block barrier, in its order.
     for target in ("sm_80", "sm_90a"):
