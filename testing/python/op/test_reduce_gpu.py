@@ -83,6 +83,18 @@ def test_cumsum(reverse):
     torch.testing.assert_close(prefix_sum(33, 64, reverse)(A), ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("inplace", [True, False])
+def test_cumsum_of_a_pipelined_tile(inplace):
+    import sys
+
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from test_cumsum import chunked_prefix_sums
+
+    G = torch.randn(256, device="cuda")
+    out = tilelang.compile(chunked_prefix_sums(inplace), out_idx=[-1])(G)
+    torch.testing.assert_close(out, G.view(4, 64).cumsum(1).view(-1), rtol=1e-4, atol=1e-4)
+
+
 @tilelang.jit
 def accumulate(M, N, block):
     @T.prim_func
