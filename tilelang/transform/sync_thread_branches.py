@@ -143,7 +143,13 @@ def _block_uniform(body):
     def on_call(call):  # memory a call may write through a pointer it takes (atomics, templates)
         for arg in call.args:
             if isinstance(arg, ir.Call) and isinstance(arg.op, ir.Op) and arg.op.name == "tirx.address_of":
-                tvm_ffi.structural_walk(arg, [(ir.TensorLoad, lambda ld: written_by_call.add(_data_name(ld.source)))])
+                # The addressed element's tensor; loads inside its indices (a gather's idx[k]) are reads.
+                if isinstance(arg.args[0], ir.TensorLoad):
+                    written_by_call.add(_data_name(arg.args[0].source))
+                else:  # not an element: every tensor it loads may be written
+                    tvm_ffi.structural_walk(
+                        arg, [(ir.TensorLoad, lambda ld: written_by_call.add(_data_name(ld.source)))]
+                    )
             elif isinstance(arg, ir.Call) and isinstance(arg.op, ir.Op) and arg.op.name == "tirx.tvm_access_ptr":
                 if const_int(arg.args[4]) is None or const_int(arg.args[4]) & 2:  # its read/write mask
                     written_by_call.add(str(arg.args[1]).removesuffix(".data"))

@@ -108,3 +108,37 @@ def test_a_table_an_earlier_kernel_wrote_is_uniform(target):
     body = src[src.index("if (0 <= table") :]
     assert "__syncthreads();" in body[: body.index("y_ptr[")]
     cuda.compile_object(src, kernel.target, host_src=kernel.host_source)
+
+
+def gather_under_table_guard(n=8):
+    """`if idx[k] >= 0:` around a copy gathered by idx[k] (the table read inside the copy's address)
+    and work needing barriers inside the `if` (a row max across the warps of a FullCol gemm)."""
+
+    @T.prim_func
+    def main(A: T.Tensor([n * 64, 64], "float16"), idx: T.Tensor([n], "int32"), C: T.Tensor([64, 64], "float")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared([64, 64], "float16")
+            P_s = T.alloc_shared([64, 64], "float16")
+            s = T.alloc_fragment([64, 64], "float")
+            acc = T.alloc_fragment([64, 64], "float")
+            m = T.alloc_fragment([64], "float")
+            T.fill(m, 0)
+            T.clear(acc)
+            for k in T.Pipelined(n, num_stages=2):
+                if idx[k] >= 0:
+                    T.copy(A[idx[k] * 64 : idx[k] * 64 + 64, :], A_s)
+                    T.gemm(A_s, A_s, s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullCol)
+                    T.reduce_max(s, m, dim=1, clear=False)
+                    T.copy(s, P_s)
+                    T.gemm(P_s, A_s, acc, policy=T.GemmWarpPolicy.FullCol)
+            T.copy(acc, C)
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_a_table_read_inside_a_copys_address_is_still_read_only(target):
+    # The cp.async / TMA source address &A[idx[k] * 4096 + ...] loads idx: only A is what the call
+    # addresses. Before, idx counted as written there, and the guard as not block-uniform (an error).
+    src = tilelang.compile(gather_under_table_guard(), out_idx=[2], target=target).get_kernel_source()
+    cuda.compile_object(src, tilelang.utils.target.determine_target(target))
