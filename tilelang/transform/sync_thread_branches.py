@@ -49,7 +49,7 @@ from tilelang.errors import UserError, at_span
 from tilelang.options import DEFAULT_OPTIONS, CompileOptions
 from tilelang.transform import barrier_ids
 from tilelang.transform.common import kernels
-from tilelang.utils.ir import block_sync, const_int, is_block_barrier, is_pure_call, seq, statements
+from tilelang.utils.ir import block_sync, collect, const_int, is_block_barrier, is_pure_call, seq, statements
 
 THREAD_BRANCH = "tl.thread_branch"  # one side of a thread branch: node [lo, hi)
 _HIDDEN = "tl.thread_branch_condition"  # a branch whose condition is hidden: node the condition
@@ -274,6 +274,12 @@ def thread_sync(scope: str):
         except Exception as err:  # noqa: BLE001 (one message of TVM's is the user's mistake)
             if "Cannot insert syncs inside condition" not in str(err):
                 raise
+        split = _split_thread_guards(mod)
+        try:
+            return insert(split) if split is not None else insert(mod)
+        except Exception as err:  # noqa: BLE001
+            if "Cannot insert syncs inside condition" not in str(err):
+                raise
             suspects = []
 
             def on_if(node):
@@ -292,6 +298,37 @@ def thread_sync(scope: str):
             ) from None
 
     return run
+
+
+def _split_thread_guards(mod):
+    """`mod` with each `if c: s1; s2; ...` whose condition reads no memory and calls nothing (a
+    T.Parallel loop's `if tx < 64:` over fewer items than threads) written as `if c: s1`, `if c: s2`,
+    ...: c is the same before each, and a barrier between two of the statements (s2 reads what
+    another thread wrote before the `if`) then goes between two `if`s, where every thread reaches it.
+    None when no `if` was split."""
+    changed = []
+
+    def splittable(node) -> bool:
+        body = node.then_case
+        return (
+            node.else_case is None
+            and isinstance(body, tirx.SeqStmt)
+            and not _is_invariant_mark(node.condition)
+            and not collect(node.condition, ir.TensorLoad)
+            and not collect(node.condition, ir.Call)
+            and not any(isinstance(st, (tirx.Bind, tirx.AllocBuffer, tirx.DeclBuffer)) for st in body.seq)
+            and bool(_shared_scopes(body))
+        )
+
+    def on_if(node):
+        if not splittable(node):
+            return node
+        changed.append(node)
+        return tirx.SeqStmt([tirx.IfThenElse(node.condition, st, None, span=node.span) for st in node.then_case.seq])
+
+    funcs = {gv: f.with_body(tvm_ffi.structural_map(f.body, [(tirx.IfThenElse, on_if)], order="post"))
+             for gv, f in mod.functions.items()}  # fmt: skip
+    return tvm.IRModule(funcs, attrs=mod.attrs) if changed else None
 
 
 def restore_thread_branches(func: tirx.PrimFunc) -> tirx.PrimFunc:

@@ -526,3 +526,45 @@ def test_prefix_sums_without_storage_sync_on_gpu():
     sums = torch.cumsum(a, 0).to(torch.int32)
     expect = sums.flip(0).repeat(2)
     torch.testing.assert_close(kernel(a), expect)
+
+
+def fewer_items_than_threads(n=64, threads=128):
+    """T.Parallel loops over 64 items on 128 threads (each under `if tx < 64`); the second loop's second
+    statement reads an element another thread wrote in the first loop."""
+
+    @T.prim_func
+    def main(X: T.Tensor([n], "float32"), Out: T.Tensor([n], "float32")):
+        with T.Kernel(1, threads=threads):
+            a = T.alloc_shared([n], "float32")
+            b = T.alloc_shared([n], "float32")
+            c = T.alloc_shared([n], "float32")
+            for i in T.Parallel(n):
+                a[i] = X[i] * 2
+            for i in T.Parallel(n):
+                c[i] = a[i] * 3  # its own element
+                b[i] = a[n - 1] - a[i]  # another thread's: the barrier goes before this statement
+            for i in T.Parallel(n):
+                Out[i] = b[i] + c[i]
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_a_barrier_between_statements_of_a_thread_guard_splits_the_guard(target):
+    # Before: refused ("inside an `if` whose condition may differ"), the guard being the loop's own.
+    src = tilelang.compile(fewer_items_than_threads(), out_idx=[-1], target=target).get_kernel_source()
+    body = src[src.index("main_kernel(float* __restrict__ Out_ptr, float* __restrict__ X_ptr) {") :]
+    before, after = body.split("__syncthreads();", 1)
+    assert before.count("if (((int)threadIdx.x) < 64) {") == 2 and "* 0x1.8p+1f" in before  # c = a * 3
+    assert "[63] -" in after  # b = a[63] - a[i], after the barrier
+    cuda.compile_object(src, tilelang.utils.target.determine_target(target))
+    X = torch.randn(64)
+    out = tilelang.compile(fewer_items_than_threads(), out_idx=[-1], target="cpu")(X)
+    torch.testing.assert_close(out, (X[63] * 2 - X * 2) + X * 6)
+
+
+@pytest.mark.gpu
+def test_a_split_thread_guard_on_gpu():
+    X = torch.randn(64, device="cuda")
+    out = tilelang.compile(fewer_items_than_threads(), out_idx=[-1])(X)
+    torch.testing.assert_close(out, (X[63] * 2 - X * 2) + X * 6)
