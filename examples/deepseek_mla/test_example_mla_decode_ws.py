@@ -13,6 +13,7 @@ from example_mla_decode import ref_program
 import tilelang
 from tilelang.codegen import cuda
 from tilelang.errors import UserError
+from tilelang.testing import assert_points_at
 
 
 @pytest.mark.gpu
@@ -67,8 +68,9 @@ def test_generated_cuda_compiles():
 
 
 def test_needs_hopper():
-    with pytest.raises(UserError, match=r"need Hopper \(sm_90a\)"):
+    with pytest.raises(UserError, match=r"need Hopper \(sm_90a\)") as err:
         _compile("sm_80")
+    assert_points_at(err, "p_full = T.alloc_barrier([1, 1])")
 
 
 def test_length_must_be_whole_pairs():
