@@ -301,8 +301,9 @@ def thread_sync(scope: str):
 
 
 def _split_thread_guards(mod):
-    """`mod` with each `if c: s1; s2; ...` whose condition reads no memory and calls nothing (a
-    T.Parallel loop's `if tx < 64:` over fewer items than threads) written as `if c: s1`, `if c: s2`,
+    """`mod` with each `if c: s1; s2; ...` the compiler made (a T.Parallel loop's `if tx < 64:` over
+    fewer items than threads; the user's own `if`s keep their error) whose condition reads no memory
+    and calls nothing written as `if c: s1`, `if c: s2`,
     ...: c is the same before each, and a barrier between two of the statements (s2 reads what
     another thread wrote before the `if`) then goes between two `if`s, where every thread reaches it.
     None when no `if` was split."""
@@ -311,7 +312,8 @@ def _split_thread_guards(mod):
     def splittable(node) -> bool:
         body = node.then_case
         return (
-            node.else_case is None
+            node.span is None  # the compiler's guard (a T.Parallel loop's), not an `if` of the user's
+            and node.else_case is None
             and isinstance(body, tirx.SeqStmt)
             and not _is_invariant_mark(node.condition)
             and not collect(node.condition, ir.TensorLoad)
