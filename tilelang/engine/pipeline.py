@@ -29,6 +29,7 @@ from tilelang.transform.choose_rasterization import choose_rasterization
 from tilelang.transform.collect_register_hints import collect_register_hints
 from tilelang.transform.common import collect
 from tilelang.transform.consumer_barriers import consumer_barriers
+from tilelang.transform.drop_repeated_barriers import drop_repeated_barriers
 from tilelang.transform.expand_elementwise_ops import expand_elementwise_ops
 from tilelang.transform.expose_dynamic_multiples import expose_dynamic_multiples
 from tilelang.transform.fold_accumulator_clear import fold_accumulator_clear
@@ -213,6 +214,9 @@ def _tvm_passes(options: CompileOptions, target):
         # whose lifetimes do not overlap share bytes, with a block barrier between the old tile's last
         # use and the new one's first where there is none yet.
         ("merge_shared_tiles", _apply_to_funcs(merge_shared_tiles)),
+        # Two block barriers side by side (one per shared scope's insertion, or merge_shared_tiles'
+        # next to TVM's) are one.
+        ("drop_repeated_barriers", _apply_to_funcs(drop_repeated_barriers)),
         # Barriers inside a warp-specialized kernel's consumer branch wait for the consumers only.
         ("consumer_barriers", consumer_barriers()),
         # Each T.Kernel becomes a __global__ function; the host function launches them in order.
