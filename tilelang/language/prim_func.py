@@ -42,12 +42,13 @@ def prim_func(func=None, *, private=False, check_well_formed=True):
     if func is None:
         return functools.partial(prim_func, private=private, check_well_formed=check_well_formed)
     parse = functools.partial(_script.prim_func, func, private=private, check_well_formed=check_well_formed)
-    return finish_parse(parse, describe_function(func))
+    return finish_parse(parse, describe_function(func), func)
 
 
-def finish_parse(parse, where: str):
+def finish_parse(parse, where: str, func=None):
     """Run `parse` (TVM's parser on one kernel, returning its PrimFunc) and give the two constructs of
-    the module doc TileLang's meaning; `where` locates the kernel in errors about its symbols."""
+    the module doc TileLang's meaning; `where` locates the kernel in errors about its symbols, `func`
+    (the kernel's Python function, when there is one) the line using an undefined one."""
     loops.parallel_loop_vars.clear()
     loops.persistent_loops.clear()
     annotations_mod.annotated_layouts.clear()
@@ -56,7 +57,7 @@ def finish_parse(parse, where: str):
             parsed = parse()
         except DiagnosticError as err:
             # TVM's excepthook prints only a hint for its DiagnosticError, not the message.
-            raise UserError(symbolics.explain_undefined(str(err).strip())) from None
+            raise UserError(symbolics.explain_undefined(str(err).strip(), func)) from None
         parallel = dict(loops.parallel_loop_vars)
         persistent = dict(loops.persistent_loops)
         layouts = dict(annotations_mod.annotated_layouts)

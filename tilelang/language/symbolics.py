@@ -17,6 +17,7 @@ symbol is a whole dimension of some tensor: that is where the launcher reads it.
 
 from __future__ import annotations
 
+import inspect
 import keyword
 import re
 
@@ -144,15 +145,38 @@ def check_symbols(func, where: str = "") -> None:
             )
 
 
-def explain_undefined(message: str) -> str:
+def explain_undefined(message: str, func=None) -> str:
     """TVM's parse error for a variable the kernel uses but never defines, reworded: in a kernel
-    this is nearly always a T.dynamic symbol that no tensor shape has. Other messages pass through."""
+    this is nearly always a T.dynamic symbol that no tensor shape has. It points at the kernel's
+    first line using the symbol when `func` (the kernel's Python function) shows one, else where TVM
+    does (the decorator). Other messages pass through."""
     found = re.search(r"undefined variable (\w+)", message)
     if not found:
         return message
     location = message[message.index("\n -->") :] if "\n -->" in message else ""
+    use = _first_use(func, found.group(1)) if func is not None else ""
     return (
         f"'{found.group(1)}' is used in the kernel but is not defined there; if it is a T.dynamic symbol, "
         f"make it a whole dimension of some T.Tensor parameter: the launcher reads its value from that "
-        f"tensor's shape{location}"
+        f"tensor's shape" + (f"\n{use}" if use else location)
     )
+
+
+def _first_use(func, symbol: str) -> str:
+    """'  --> file:line' and the line of the first statement of `func`'s body that names a Python
+    variable holding the symbol `symbol` (a tirx.Var of that name), or ''."""
+    try:
+        bound = inspect.getclosurevars(func)
+        lines, start = inspect.getsourcelines(func)
+    except (TypeError, OSError):
+        return ""
+    scope = {**bound.globals, **bound.nonlocals}
+    names = [n for n, v in scope.items() if isinstance(v, tirx.Var) and v.name == symbol]
+    if not names:
+        return ""
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    body = next((k + 1 for k, line in enumerate(lines) if line.lstrip().startswith("def ")), 0)
+    for k in range(body, len(lines)):
+        if pattern.search(lines[k]):
+            return f"  --> {func.__code__.co_filename}:{start + k}\n   | {lines[k].strip()}"
+    return ""

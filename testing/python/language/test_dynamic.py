@@ -132,12 +132,40 @@ def test_symbol_used_only_in_the_kernel_body_is_explained():
                 for i in T.Parallel(128):
                     A[bx * 128 + i] = 1.0
 
-    assert_points_at(info, "@T.prim_func")
+    assert_points_at(info, "with T.Kernel(T.ceildiv(M, 128), threads=128) as bx:")  # the line using M
 
     text = str(info.value)
     assert "'m' is used in the kernel but is not defined there" in text
     assert "whole dimension of some T.Tensor parameter" in text
     assert "test_dynamic.py" in text  # points at the kernel
+
+
+ROWS = T.dynamic("rows")  # a module-level symbol
+
+
+def test_a_module_level_symbol_used_only_in_the_body_points_at_its_use():
+    with pytest.raises(UserError, match="'rows' is used in the kernel but is not defined there") as info:
+
+        @T.prim_func
+        def main(A: T.Tensor((1024,), "float32")):
+            with T.Kernel(8, threads=128) as bx:
+                for i in T.Parallel(128):
+                    if bx * 128 + i < ROWS:
+                        A[bx * 128 + i] = 1.0
+
+    assert_points_at(info, "if bx * 128 + i < ROWS:")
+
+
+def test_a_symbol_without_a_python_name_points_at_the_kernel():
+    with pytest.raises(UserError, match="'q' is used in the kernel but is not defined there") as info:
+
+        @T.prim_func
+        def main(A: T.Tensor((1024,), "float32")):
+            with T.Kernel(T.ceildiv(T.dynamic("q"), 128), threads=128) as bx:
+                for i in T.Parallel(128):
+                    A[bx * 128 + i] = 1.0
+
+    assert_points_at(info, "@T.prim_func")
 
 
 @pytest.mark.parametrize("alloc", ["alloc_shared", "alloc_fragment", "alloc_local"])
