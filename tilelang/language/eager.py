@@ -31,6 +31,7 @@ one kernel per value (the public TileLang passes them at run time; our kernels t
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import keyword
 import re
@@ -367,8 +368,9 @@ class EagerFunction:
         after = declares[-1] + 1 if declares else 0
         start = next((k for k in range(after, len(body)) if _builds_ir(body[k])), len(body))
         self.prologue, kernel = body[:start], body[start:]
-        self.returned = []
+        self.returned, self.return_node = [], None
         if kernel and isinstance(kernel[-1], ast.Return):
+            self.return_node = kernel[-1]
             self.returned = self._returned_names(kernel[-1])
             kernel = kernel[:-1]
         self.kernel = kernel
@@ -400,6 +402,21 @@ class EagerFunction:
             if _is_declaration(s):
                 raise self._error(s, "tensors and T.empty outputs are declared before the kernel (`with T.Kernel`)")
 
+    def _statement_naming(self, name: str, assigned: bool = False, declaration: bool = False):
+        """The first prologue statement assigning `name` (`assigned`), or the first tensor declaration
+        whose annotation names it (`declaration`), or None."""
+        for st in _walk_statements(self.prologue):
+            if (
+                assigned
+                and isinstance(st, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == name for t in st.targets)
+            ):
+                return st
+            if declaration and isinstance(st, ast.AnnAssign) and _is_tensor_annotation(st.annotation):
+                if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(st.annotation)):
+                    return st
+        return None
+
     def _error(self, node, message) -> UserError:
         line = self.fn.__code__.co_firstlineno + node.lineno - 1
         text = self.source.splitlines()[node.lineno - 1].strip()
@@ -408,7 +425,7 @@ class EagerFunction:
     def _compile_prologue(self, params):
         """The prologue as a Python function of the parameters returning its locals (same file, lines)."""
         rewritten = _RewritePrologue(set(params))
-        stmts = [rewritten.visit(s) for s in self.prologue]
+        stmts = [rewritten.visit(copy.deepcopy(s)) for s in self.prologue]  # self.prologue keeps its lines
         ret = ast.Return(value=ast.Call(func=ast.Name(id="locals", ctx=ast.Load()), args=[], keywords=[]))
         inner = ast.FunctionDef(
             name=self.name,
@@ -469,17 +486,21 @@ class EagerFunction:
         for name in self.returned:
             value = ns.get(name)
             if not isinstance(value, OutputTensor):
-                raise UserError(
-                    f"{self.name}: returns '{name}', which is not a tensor made by T.empty; an eager kernel "
-                    f"returns its outputs (C = T.empty((M, N), dtype) ... return C)\n{self.where}"
+                raise self._error(
+                    self.return_node,
+                    f"returns '{name}', which is not a tensor made by T.empty; an eager kernel returns its "
+                    f"outputs (C = T.empty((M, N), dtype) ... return C)",
                 )
             outputs.append((name, value))
         made = [n for n, v in ns.items() if isinstance(v, OutputTensor)]
         missing = [n for n in made if n not in self.returned]
         if missing:
-            raise UserError(
-                f"{self.name}: the T.empty outputs {missing} are not returned; end the kernel with "
-                f"`return {', '.join(made)}`\n{self.where}"
+            message = f"the T.empty outputs {missing} are not returned; end the kernel with `return {', '.join(made)}`"
+            made_at = self._statement_naming(missing[0], assigned=True)
+            raise (
+                self._error(made_at, message)
+                if made_at is not None
+                else UserError(f"{self.name}: {message}\n{self.where}")
             )
         return Specialization(inputs, outputs, self._size_sources(trace, inputs, outputs), ns)
 
@@ -496,11 +517,15 @@ class EagerFunction:
                 sources[var.name] = None
                 continue
             shapes = ", ".join(f"{n}: {list(buf.shape)}" for n, buf in inputs)
-            raise UserError(
-                f"{self.name}: the size '{var.name}' (T.const) is not a whole dimension of any declared tensor "
-                f"({shapes}), so no call can give its value; use it directly as a dimension (M, not M * 2), "
-                f"or make it a parameter\n{self.where}"
+            message = (
+                f"the size '{var.name}' (T.const) is not a whole dimension of any declared tensor ({shapes}), so "
+                f"no call can give its value; use it directly as a dimension (M, not M * 2), or make it a parameter"
             )
+            # The first declaration using it (inside an expression), else where it is made.
+            names = [n for n, v in trace.namespace.items() if isinstance(v, tirx.Var) and v.same_as(var)]
+            used = next((st for n in names if (st := self._statement_naming(n, declaration=True))), None)
+            used = used or next((st for n in names if (st := self._statement_naming(n, assigned=True))), None)
+            raise self._error(used, message) if used is not None else UserError(f"{self.name}: {message}\n{self.where}")
         return sources
 
     def prim_func(self, arguments: dict, sizes: dict):

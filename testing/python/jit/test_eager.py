@@ -241,7 +241,7 @@ def test_const_must_be_a_whole_dimension():
         UserError, match=r"the size 'M' \(T.const\) is not a whole dimension of any declared tensor"
     ) as err:
         wrong.compile(torch.empty(64, 64))
-    assert_points_at(err, "def wrong(A):")
+    assert_points_at(err, 'A: T.Tensor((M * 2, 64), "float32")')
 
 
 def test_outputs_must_be_returned_and_only_outputs():
@@ -255,7 +255,7 @@ def test_outputs_must_be_returned_and_only_outputs():
 
     with pytest.raises(UserError, match=r"the T.empty outputs \['B'\] are not returned") as err:
         forgets.get_tir()
-    assert_points_at(err, "def forgets(A):")
+    assert_points_at(err, 'B = T.empty((64,), "float32")')
 
     @tilelang.jit(target="sm_80")
     def returns_input(A):
@@ -267,7 +267,7 @@ def test_outputs_must_be_returned_and_only_outputs():
 
     with pytest.raises(UserError, match="returns 'A', which is not a tensor made by T.empty") as err:
         returns_input.get_tir()
-    assert_points_at(err, "def returns_input(A):")
+    assert_points_at(err, "return A")
 
 
 def test_declarations_come_before_the_kernel():
