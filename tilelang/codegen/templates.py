@@ -82,15 +82,10 @@ def _note(facts: Kernel, intrinsic, template: dict, args: list) -> None:
         facts.setmaxnreg.append((intrinsic.name.rsplit("_", 1)[1], template["registers"]))
 
 
-def _buffer_of(load):
-    return load.source if hasattr(load, "source") else load.buffer
-
-
 def _pointee(ptr) -> str:
     """The element type a pointer argument points to: &buffer[i] or tvm_access_ptr(type, ...)."""
     if isinstance(ptr, tirx.Call) and ptr.op.same_as(ir.Op.get("tirx.address_of")):
-        load = ptr.args[0]  # a load of the element: TensorLoad (source) or BufferLoad (buffer)
-        return str(_buffer_of(load).dtype)
+        return str(ptr.args[0].source.dtype)  # the load of the addressed element
     if isinstance(ptr, tirx.Call) and ptr.op.same_as(ir.Op.get("tirx.tvm_access_ptr")):
         return str(ptr.args[0].dtype)
     raise CompilerError(f"codegen: cannot tell the element type a wgmma operand points to: {ptr}")

@@ -402,22 +402,25 @@ class EagerFunction:
             if _is_declaration(s):
                 raise self._error(s, "tensors and T.empty outputs are declared before the kernel (`with T.Kernel`)")
 
-    def _statement_naming(self, name: str, assigned: bool = False, declaration: bool = False):
-        """The first prologue statement assigning `name` (`assigned`), or the first tensor declaration
-        whose annotation names it (`declaration`), or None."""
+    def _assignment_of(self, name: str):
+        """The first prologue statement assigning `name` (`B = T.empty(...)`, `M = T.const("M")`), or None."""
         for st in _walk_statements(self.prologue):
-            if (
-                assigned
-                and isinstance(st, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == name for t in st.targets)
-            ):
+            if isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in st.targets):
                 return st
-            if declaration and isinstance(st, ast.AnnAssign) and _is_tensor_annotation(st.annotation):
+        return None
+
+    def _declaration_naming(self, name: str):
+        """The first tensor declaration of the prologue whose annotation names `name`, or None."""
+        for st in _walk_statements(self.prologue):
+            if isinstance(st, ast.AnnAssign) and _is_tensor_annotation(st.annotation):
                 if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(st.annotation)):
                     return st
         return None
 
     def _error(self, node, message) -> UserError:
+        """A UserError at `node`'s line of the user's function, or at the function (`node` None)."""
+        if node is None:
+            return UserError(f"{self.name}: {message}\n{self.where}")
         line = self.fn.__code__.co_firstlineno + node.lineno - 1
         text = self.source.splitlines()[node.lineno - 1].strip()
         return UserError(f"{self.name}: {message}\n  --> {self.fn.__code__.co_filename}:{line}\n   | {text}")
@@ -480,7 +483,7 @@ class EagerFunction:
         for name in self.tensor_params:
             buf = trace.declared.get(name)
             if buf is None:
-                raise UserError(f"{self.name}: parameter '{name}' is never declared as a tensor\n{self.where}")
+                raise self._error(None, f"parameter '{name}' is never declared as a tensor")
             inputs.append((name, buf))
         outputs = []
         for name in self.returned:
@@ -495,12 +498,9 @@ class EagerFunction:
         made = [n for n, v in ns.items() if isinstance(v, OutputTensor)]
         missing = [n for n in made if n not in self.returned]
         if missing:
-            message = f"the T.empty outputs {missing} are not returned; end the kernel with `return {', '.join(made)}`"
-            made_at = self._statement_naming(missing[0], assigned=True)
-            raise (
-                self._error(made_at, message)
-                if made_at is not None
-                else UserError(f"{self.name}: {message}\n{self.where}")
+            raise self._error(
+                self._assignment_of(missing[0]),
+                f"the T.empty outputs {missing} are not returned; end the kernel with `return {', '.join(made)}`",
             )
         return Specialization(inputs, outputs, self._size_sources(trace, inputs, outputs), ns)
 
@@ -523,9 +523,8 @@ class EagerFunction:
             )
             # The first declaration using it (inside an expression), else where it is made.
             names = [n for n, v in trace.namespace.items() if isinstance(v, tirx.Var) and v.same_as(var)]
-            used = next((st for n in names if (st := self._statement_naming(n, declaration=True))), None)
-            used = used or next((st for n in names if (st := self._statement_naming(n, assigned=True))), None)
-            raise self._error(used, message) if used is not None else UserError(f"{self.name}: {message}\n{self.where}")
+            places = [self._declaration_naming(n) for n in names] + [self._assignment_of(n) for n in names]
+            raise self._error(next((st for st in places if st is not None), None), message)
         return sources
 
     def prim_func(self, arguments: dict, sizes: dict):

@@ -264,49 +264,58 @@ def _is_invariant_mark(cond) -> bool:
 
 
 def thread_sync(scope: str):
-    """TVM's barrier insertion for `scope`; its refusal to put a barrier under a condition that may
-    differ between threads becomes a UserError at the user's `if`."""
+    """TVM's barrier insertion for `scope`. Where it refuses to put a barrier under a condition that may
+    differ between threads, the compiler's own thread guards are split around it (`_split_thread_guards`)
+    and it is asked again; a refusal that stands becomes a UserError at the user's `if`."""
     insert = s_tir.transform.ThreadSync(scope)
+
+    def refused(err) -> bool:
+        return "Cannot insert syncs inside condition" in str(err)
 
     def run(mod):
         try:
             return insert(mod)
         except Exception as err:  # noqa: BLE001 (one message of TVM's is the user's mistake)
-            if "Cannot insert syncs inside condition" not in str(err):
+            if not refused(err):
                 raise
         split = _split_thread_guards(mod)
-        try:
-            return insert(split) if split is not None else insert(mod)
-        except Exception as err:  # noqa: BLE001
-            if "Cannot insert syncs inside condition" not in str(err):
-                raise
-            suspects = []
-
-            def on_if(node):
-                sides = [c for c in (node.then_case, node.else_case) if c is not None]
-                if not _is_invariant_mark(node.condition) and any(_shared_scopes(c) for c in sides):
-                    suspects.append(node.span)
-
-            for func in mod.functions.values():
-                tvm_ffi.structural_walk(func.body, [(tirx.IfThenElse, on_if)])
-            raise at_span(
-                "threads read shared memory other threads wrote inside an `if` whose condition may differ "
-                "between the threads of a block (it reads memory or depends on the thread index): the "
-                "barrier it needs could wait for threads that never come. Compute the condition from block "
-                "indices, loop counters and scalar arguments only, or move the shared-memory work out of it",
-                *suspects,
-            ) from None
+        if split is not None:
+            try:
+                return insert(split)
+            except Exception as err:  # noqa: BLE001
+                if not refused(err):
+                    raise
+        raise _barrier_under_a_varying_condition(mod) from None
 
     return run
 
 
+def _barrier_under_a_varying_condition(mod) -> UserError:
+    """The UserError for TVM's refusal, at the `if`s around shared-memory work whose condition may vary."""
+    suspects = []
+
+    def on_if(node):
+        sides = [c for c in (node.then_case, node.else_case) if c is not None]
+        if not _is_invariant_mark(node.condition) and any(_shared_scopes(c) for c in sides):
+            suspects.append(node.span)
+
+    for func in mod.functions.values():
+        tvm_ffi.structural_walk(func.body, [(tirx.IfThenElse, on_if)])
+    return at_span(
+        "threads read shared memory other threads wrote inside an `if` whose condition may differ "
+        "between the threads of a block (it reads memory or depends on the thread index): the "
+        "barrier it needs could wait for threads that never come. Compute the condition from block "
+        "indices, loop counters and scalar arguments only, or move the shared-memory work out of it",
+        *suspects,
+    )
+
+
 def _split_thread_guards(mod):
-    """`mod` with each `if c: s1; s2; ...` the compiler made (a T.Parallel loop's `if tx < 64:` over
-    fewer items than threads; the user's own `if`s keep their error) whose condition reads no memory
-    and calls nothing written as `if c: s1`, `if c: s2`,
-    ...: c is the same before each, and a barrier between two of the statements (s2 reads what
-    another thread wrote before the `if`) then goes between two `if`s, where every thread reaches it.
-    None when no `if` was split."""
+    """`mod` with each `if c: s1; s2; ...` that the compiler made (a T.Parallel loop's `if tx < 64:`
+    over fewer items than threads; the user's own `if`s keep their error), whose condition reads no
+    memory and calls nothing, written as `if c: s1`, `if c: s2`, ...: c is the same before each, and a
+    barrier between two of the statements (s2 reads what another thread wrote before the `if`) then
+    goes between two `if`s, where every thread reaches it. None when no `if` was split."""
     changed = []
 
     def splittable(node) -> bool:
