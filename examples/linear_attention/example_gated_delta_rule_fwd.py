@@ -97,12 +97,11 @@ def gated_delta_rule_fwd(batch, heads, seq_len, dim_k, dim_v, dtype="float16", s
                 T.copy(V[bb, c * chunk : (c + 1) * chunk, bh, bv * block_V : (bv + 1) * block_V], V_shared)
                 T.copy(G[bb, bh, c * chunk : (c + 1) * chunk], g_shared)
                 T.copy(Beta[bb, bh, c * chunk : (c + 1) * chunk], beta_shared)
-                # G_i = sum_{j <= i} g_j as a masked row sum (see example_linear_attn_fwd.py on T.cumsum).
+                # G_i = sum_{j <= i} g_j as a masked row sum (as in example_linear_attn_fwd.py).
                 for i, j in T.Parallel(chunk, chunk):
                     A[i, j] = T.if_then_else(j <= i, g_shared[j], 0)
                 T.reduce_sum(A, G_frag, dim=1)
                 T.copy(G_frag, G_shared)
-                # One store a loop: with two, sm_80/sm_90a builds are refused (example_linear_attn_fwd.py).
                 for i in T.Parallel(chunk):
                     w_scale[i] = -beta_shared[i] * T.exp(G_shared[i])
                 for i in T.Parallel(chunk):

@@ -78,9 +78,8 @@ def linear_attn_fwd(batch, heads, seq_len, dim_k, dim_v, decay=None, dtype="floa
                 T.copy(V[bb, c * chunk : (c + 1) * chunk, bh, bv * block_V : (bv + 1) * block_V], V_shared)
                 if decay == "token":  # tokens past the end load g = 0: G stays finite
                     T.copy(G[bb, bh, c * chunk : (c + 1) * chunk], g_shared)
-                    # G_i = sum_{j <= i} g_j as a masked row sum, in A before Q·Kᵀ overwrites it.
-                    # (T.cumsum(g_shared, G_shared) is what one would write; inside a pipelined loop
-                    # it does not follow g_shared's stage copies yet.)
+                    # G_i = sum_{j <= i} g_j as a masked row sum over the whole block, in A before Q·Kᵀ
+                    # overwrites it (T.cumsum(g_shared, G_shared) gives the same with one thread a line).
                     for i, j in T.Parallel(chunk, chunk):
                         A[i, j] = T.if_then_else(j <= i, g_shared[j], 0)
                     T.reduce_sum(A, G_frag, dim=1)
@@ -89,8 +88,6 @@ def linear_attn_fwd(batch, heads, seq_len, dim_k, dim_v, decay=None, dtype="floa
                     for i in T.Parallel(chunk):
                         G_shared[i] = G[bh] * (i + 1)
                 if decay is not None:
-                    # Two loops: with both stores in one, sm_80/sm_90a builds are refused (the barrier
-                    # before reading G_last lands inside the loop's thread guard).
                     for i in T.Parallel(chunk):
                         q_decay[i] = scale * T.exp(G_shared[i])
                     for i in T.Parallel(chunk):

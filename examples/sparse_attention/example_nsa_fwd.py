@@ -64,8 +64,6 @@ def nsa_fwd(batch, heads, kv_heads, seq_len, dim, selected_blocks, block_size=64
             T.fill(scores_max, -T.infinity(accum_dtype))
 
             for s in T.Pipelined(selected_blocks, num_stages=num_stages):
-                # The slot's block number is read where it is used, not bound to a name first: the
-                # pipeline issues the next slot's copies ahead only when the loop body is one `if`.
                 # A used slot's block starts at or before the token, so its first key is attended and
                 # every row's max is finite from the first used slot on. (Block numbers are compared,
                 # not block * block_size, so a large sentinel cannot overflow int32.)
