@@ -149,6 +149,7 @@ def main() -> int:
     files = sorted(glob.glob(os.path.join(ROOT, "examples", "*", "test_*.py")))
     if args.examples:
         files = [f for f in files if os.path.basename(os.path.dirname(f)) in args.examples]
+    os.makedirs(args.log_dir, exist_ok=True)  # (a folder given on the command line may not exist yet)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     # One kernel cache for all runs: each (tool, file) pays the compile once at most.
     env.setdefault("TILELANG_CACHE_DIR", os.path.join(args.log_dir, "sanitizer-cache"))

@@ -87,7 +87,10 @@ class Cumsum(base.TileOp):
 def _lower(src, dst, dim, reverse, spread) -> tirx.Stmt:
     """Each line along `dim` (counted from the last dimension) of the region `src` scanned by one
     thread into the region `dst`; `spread(shape, body_fn)` hands the lines out."""
-    shape = [int(e) for e in _extents(src)]
+    # A pipeline may have given one of the two tiles a leading stage dimension (its region there has
+    # extent 1) and not the other: the lines run over the longer shape, each region indexed by its own
+    # trailing dimensions.
+    shape = [int(e) for e in max(_extents(src), _extents(dst), key=len)]
     axis = dim % len(shape)
     length = shape[axis]
     dtype = str(dst.buffer.dtype)
@@ -97,6 +100,7 @@ def _lower(src, dst, dim, reverse, spread) -> tirx.Stmt:
     def at(region, coords, pos):
         idx = list(coords)
         idx.insert(axis, (length - 1 - pos) if reverse else pos)
+        idx = idx[len(idx) - len(region.starts) :]
         return [start + i for start, i in zip(region.starts, idx)]
 
     def body(coords, guard):

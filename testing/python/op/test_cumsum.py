@@ -1,6 +1,8 @@
 """T.cumsum on the region it is given: a sub-tile, and a tile a pipeline multi-buffers (the stage's copy,
 along the user's dimension). CPU: generated code for sm_80 and numbers on the CPU target."""
 
+import re
+
 import pytest
 import torch
 
@@ -35,8 +37,15 @@ def test_a_multi_buffered_tile_is_scanned_along_its_own_dimension(inplace):
     # The pipeline gives g_shared a leading stage dimension (2, 64); the scan reads this stage's 64
     # values. Before, it scanned across the two stage copies in place (wrong numbers on the GPU) and
     # stopped in lower_tile_ops with a destination ("c_shared is 1-dimensional ...").
-    src = tilelang.compile(chunked_prefix_sums(inplace), out_idx=[-1], target="sm_80").get_kernel_source()
-    assert "[(((c & 1) * 64) + k)];" in src.split("line_ptr[k] = ")[1].splitlines()[0]
+    # The destination, when it is another tile (not multi-buffered: one dimension fewer than the stage
+    # copy), gets each of the 64 values at its own position; it got them all at position 0 (the line's
+    # index was read from the source's dimensions; wrong numbers on the H200).
+    for target in ("sm_80", "sm_90a"):
+        src = tilelang.compile(chunked_prefix_sums(inplace), out_idx=[-1], target=target).get_kernel_source()
+        stage = r"\(\(\w+ & 1\) \* 64\)"  # the stage's copy (the loop variable is `i` on sm_90a)
+        assert re.search(rf"line_ptr\[k\] = \S+\[\({stage} \+ k\)\];", src)
+        dst = rf"\({stage} \+ w\)" if inplace else r"\(w \+ \d+\)"
+        assert re.search(rf"\S+\[{dst}\] = line_ptr\[w\];", src)
     G = torch.randn(256)
     out = tilelang.compile(chunked_prefix_sums(inplace), out_idx=[-1], target="cpu")(G)
     torch.testing.assert_close(out, G.view(4, 64).cumsum(1).view(-1), rtol=1e-5, atol=1e-5)
