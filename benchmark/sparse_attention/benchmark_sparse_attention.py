@@ -108,7 +108,7 @@ def bench_nsa(batch, heads, kv_heads, seq, dim, selected_blocks, block_size, che
     else:  # too large for the reference's dense scores: the same check at the first 2048 tokens
         n = 2048
         small = nsa.nsa_fwd(batch, heads, kv_heads, n, dim, selected_blocks, block_size, max(16, heads // kv_heads))
-        part = (q[:, :n], k[:, :n], v[:, :n], indices[:, :n])
+        part = tuple(x[:, :n].contiguous() for x in (q, k, v, indices))
         torch.testing.assert_close(small(*part), nsa.ref_program(*part, block_size), rtol=1e-2, atol=1e-2)
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # -> (batch, heads, seq, dim)
 

@@ -26,6 +26,11 @@ def test_verdicts():
     assert rs.verdict(99, "========= ERROR SUMMARY: 3 errors") == "3 errors"
     assert rs.verdict(None, "") == "timeout"
     assert rs.verdict(1, "FAILED test_x.py::test_y\n1 failed") == "test failed (rc 1)"
+    # initcheck: a reference kernel reading bytes nothing wrote is an output of ours left unwritten
+    uninit = "========= Uninitialized __global__ memory read of size 4 bytes\n=========     at {}+0x1a0\n"
+    torch_read = uninit.format("_ZN2at6native29vectorized_elementwise_kernelILi4E")
+    assert rs.verdict(99, torch_read + "========= ERROR SUMMARY: 1 error", "initcheck") == "1 errors"
+    assert rs.verdict(99, torch_read + "========= ERROR SUMMARY: 1 error", "racecheck") == "clean"
 
 
 def test_command(monkeypatch):
@@ -37,6 +42,7 @@ def test_command(monkeypatch):
     exclude = cmd[cmd.index("--kernel-name-exclude") + 1]
     assert exclude == "regex=" + rs.REFERENCE_KERNELS_UNCHECKED and "," not in exclude  # a comma separates keys
     assert "--kernel-name-exclude" not in rs.command("memcheck", "t.py", quick=False, exclude=None)
+    assert "--kernel-name-exclude" not in rs.command("initcheck", "t.py", quick=False)  # every kernel checked
 
 
 def test_reference_kernels_are_torchs_not_ours():
