@@ -25,7 +25,8 @@ import tvm_ffi
 from tvm import DataType, ir, tirx
 from tvm.backend.cuda.op import cuda_func_call
 
-from tilelang.errors import UserError
+from tilelang.errors import at_span
+from tilelang.utils.ir import first_use_span
 
 # The C++ type of one lane of each dtype a converted vector may have.
 LANE_TYPES = {
@@ -104,11 +105,12 @@ def refuse_sub_byte_buffers(mod) -> None:
             dt = DataType(str(node.buffer.dtype))
             if dt.bits < 8 and str(dt) != "bool":
                 name = func.attrs.get("global_symbol", gv.name_hint) if func.attrs is not None else gv.name_hint
-                raise UserError(
+                raise at_span(
                     f"kernel {name}: '{node.buffer.name}' holds {dt.with_lanes(1)} values; tilelang compiles "
                     "tensors and tiles of 4-bit values only as T.float4_e2m1fn. Keep other 4-bit data packed in a "
                     "uint8 tensor (two values per byte) and unpack it with bit operations (>>, &, T.reinterpret) "
-                    "or a T.import_source helper, as the public dequantize_gemm examples do"
+                    "or a T.import_source helper, as the public dequantize_gemm examples do",
+                    node.span or first_use_span(func.body, node.buffer),
                 )
 
 

@@ -36,7 +36,7 @@ from tilelang.layout.layout import shared_layout_from_ir
 from tilelang.op import base
 from tilelang.transform.common import collect, is_innermost_thread_extent
 from tilelang.transform.infer_layout import ANNOTATED_LAYOUTS
-from tilelang.utils.ir import seq
+from tilelang.utils.ir import first_use_span, seq
 
 
 def global_layouts(func) -> dict:
@@ -132,7 +132,7 @@ def _check_no_other_use(body, layouts: dict):
                 f"'{decl.buffer.name}' views global tensor '{named(decl.data)[0].name}', which has a layout from "
                 f"T.annotate_layout: a view reads the memory as stored, not through the layout; index the tensor "
                 f"itself, or drop its layout",
-                decl.span,
+                decl.span or first_use_span(body, decl.buffer),
             )
     found = first_use(collect(body, tirx.Evaluate))
     if found is None:

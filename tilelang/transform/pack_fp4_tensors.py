@@ -31,7 +31,7 @@ from tvm import ir, sym, tirx
 from tilelang.errors import UserError, at_span
 from tilelang.layout.fragment import substitute
 from tilelang.transform.common import collect
-from tilelang.utils.ir import const_int
+from tilelang.utils.ir import const_int, first_use_span, touches
 
 FP4 = "float4_e2m1fn"
 TO_CODE = "tl::fp4_e2m1_from_float"
@@ -127,15 +127,6 @@ class _Rewriter:
         return tirx.For(pair, tirx.const(0, str(v.ty.dtype)), half, tirx.ForKind.UNROLLED, stmt, span=loop.span)
 
 
-def _touches(node, buffer) -> bool:
-    """Whether `node` loads, stores or otherwise names `buffer`'s memory."""
-    if any(st.buffer.same_as(buffer) for st in collect(node, tirx.BufferStore)):
-        return True
-    if any(ld.source.same_as(buffer) for ld in collect(node, ir.TensorLoad)):
-        return True
-    return any(v.same_as(buffer.data) for v in collect(node, ir.Var))
-
-
 def _uses(expr, var) -> bool:
     return any(x.same_as(var) for x in collect(expr, ir.Var))
 
@@ -147,22 +138,23 @@ def _converts(stmt) -> bool:
     return any(c.args[0].value in (TO_CODE, TO_FLOAT) for c in externs) or "tirx.shift_right" in names
 
 
-def _packed_shape(buffer):
+def _packed_shape(buffer, body):
     *rest, last = list(buffer.shape)
     n = const_int(last)
     if n is None or n % 2:
-        raise UserError(
+        raise at_span(
             f"float4_e2m1fn tensor '{buffer.name}' has last dimension {last}: fp4 tensors are stored two values "
-            f"per byte (torch's float4_e2m1fn_x2), so it must be a constant even size"
+            f"per byte (torch's float4_e2m1fn_x2), so it must be a constant even size",
+            first_use_span(body, buffer),  # (a parameter: its declaration has no line of its own)
         )
     return [*rest, tirx.const(n // 2, str(last.ty.dtype))]
 
 
-def _packed_param(buffer):
+def _packed_param(buffer, body):
     """The parameter an fp4 tensor becomes: its bytes, of the halved shape. (The host code generator
     has no C type for float4_e2m1fnx2: the launcher passes torch's float4_e2m1fn_x2 tensor as a
     uint8 view, `jit/params.py`.)"""
-    return tirx.decl_buffer(_packed_shape(buffer), "uint8", buffer.name, scope="global")
+    return tirx.decl_buffer(_packed_shape(buffer, body), "uint8", buffer.name, scope="global")
 
 
 def pack_fp4_tensors(func: tirx.PrimFunc) -> tirx.PrimFunc:
@@ -172,9 +164,12 @@ def pack_fp4_tensors(func: tirx.PrimFunc) -> tirx.PrimFunc:
     if not params and not allocs and not decls:
         return func
     for d in decls:
-        raise UserError(f"'{d.name}' views memory as float4_e2m1fn values; view it as uint8 bytes instead")
+        raise at_span(
+            f"'{d.name}' views memory as float4_e2m1fn values; view it as uint8 bytes instead",
+            first_use_span(func.body, d),
+        )
     tiles = {b: tirx.decl_buffer(list(b.shape), "uint8", b.name, scope=b.scope()) for b in allocs}
-    new_params = {p: _packed_param(p) for p in params}
+    new_params = {p: _packed_param(p, func.body) for p in params}
     rw = _Rewriter(tiles, new_params)
 
     def on_for(loop):
@@ -209,7 +204,7 @@ def pack_fp4_tensors(func: tirx.PrimFunc) -> tirx.PrimFunc:
         return tirx.Bind(stmt.var, rw.value(stmt.value), span=stmt.span)
 
     body = on_stmts(func.body)
-    left = [b for b in list(tiles) + list(new_params) if _touches(body, b)]
+    left = [b for b in list(tiles) + list(new_params) if touches(body, b)]
     if left:
         raise UserError(
             f"float4_e2m1fn buffer '{left[0].name}' is used other than by loads and stores (a pointer to it, "

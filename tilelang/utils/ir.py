@@ -90,6 +90,29 @@ def collect(node, kind) -> list:
     return out
 
 
+def touches(node, buffer) -> bool:
+    """Whether `node` loads, stores or otherwise names `buffer`'s memory."""
+    if any(st.buffer.same_as(buffer) for st in collect(node, tirx.BufferStore)):
+        return True
+    if any(ld.source.same_as(buffer) for ld in collect(node, ir.TensorLoad)):
+        return True
+    return any(v.same_as(buffer.data) for v in collect(node, ir.Var))
+
+
+def first_use_span(body, buffer):
+    """The span of the innermost statement with one around the first use of `buffer` in `body` (for an
+    error about a buffer whose declaration has no span: a parameter, a view), or None. Lowered tile
+    ops keep the user's line on their loops, not on the stores inside."""
+    best = None
+    for stmt in collect(body, tirx.Stmt):
+        if stmt.span is None or not touches(stmt, buffer):
+            continue
+        if best is not None and not any(s.same_as(stmt) for s in collect(best, tirx.Stmt)):
+            break  # past the first use
+        best = stmt
+    return best.span if best is not None else None
+
+
 def is_pure_call(call) -> bool:
     """Whether a call has no side effects (its op's TCallEffectKind is pure or weaker): a condition
     made of such calls has one value wherever it is evaluated, given the same arguments."""

@@ -20,6 +20,7 @@ from tilelang import env
 from tilelang.codegen import cuda, vectors
 from tilelang.errors import UserError
 from tilelang.op.vectorize import register_lanes
+from tilelang.testing import assert_points_at
 
 FLOATS = ["float32", "float16", "bfloat16"]
 FP8 = ["float8_e4m3fn", "float8_e5m2"]
@@ -382,8 +383,9 @@ def four_bit_tensor(dtype: str):
 @pytest.mark.parametrize("kernel,name", [(four_bit_registers, "nibbles"), (four_bit_tensor, "Y")])
 def test_four_bit_integer_buffers_are_refused_by_name(kernel, name):
     message = rf"'{name}' holds int4 values; tilelang compiles[\s\S]*float4_e2m1fn[\s\S]*uint8"
-    with pytest.raises(UserError, match=message):  # location: missing (reported)
+    with pytest.raises(UserError, match=message) as err:
         tilelang.compile(kernel("int4"), target="sm_90a").get_kernel_source()
+    assert_points_at(err, f"{name}[{'v' if name == 'nibbles' else 'i, j'}] = T.cast(X[")  # its first use
 
 
 @pytest.mark.parametrize("kernel", [four_bit_registers, four_bit_tensor])

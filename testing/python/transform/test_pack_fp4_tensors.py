@@ -118,9 +118,9 @@ def test_an_fp4_argument_is_torchs_fp4x2_of_half_the_columns():
 
 
 def test_an_odd_last_dimension_is_an_error():
-    # location: missing (reported)
-    with pytest.raises(UserError, match=r"float4_e2m1fn tensor 'Y' has last dimension 63.*constant even size"):
+    with pytest.raises(UserError, match=r"float4_e2m1fn tensor 'Y' has last dimension 63.*constant even size") as err:
         tilelang.compile(quantize_rows(cols=63, threads=63), target="sm_90a").get_kernel_source()
+    assert_points_at(err, "T.copy(y_shared, Y, disable_tma=True)")  # the parameter's first use
 
 
 def test_a_store_of_one_value_into_a_byte_is_an_error():
