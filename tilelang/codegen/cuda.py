@@ -106,7 +106,18 @@ def _generated_source(lowered) -> str:
     # Swizzled tiles (wgmma descriptors, TMA boxes) sit at 1024-byte offsets of the shared block,
     # and the hardware swizzles absolute address bits: the block itself starts on 1024 bytes.
     code = re.sub(r"extern __shared__ __align__\(\d+\) ", "extern __shared__ __align__(1024) ", code)
+    code = _with_setmaxnreg_lines(code, kernels)
     return _with_headers(_with_one_block_per_sm(_with_cluster_dims(code, kernels)), kernels)
+
+
+def _with_setmaxnreg_lines(code: str, kernels: dict) -> str:
+    """Each user's T.set_max_nreg call followed by a comment naming its line, for the register check
+    after ptxas (`register_counts.check`, which reads only the source)."""
+    for name, body in kernel_bodies(code).items():
+        facts = kernels.get(name)
+        if facts is not None and facts.setmaxnreg:
+            code = code.replace(body, templates.mark_setmaxnreg_lines(body, facts))
+    return code
 
 
 def _with_cluster_dims(code: str, kernels: dict) -> str:

@@ -12,6 +12,7 @@ ptxas launched with 168 registers.
 
 from __future__ import annotations
 
+import linecache
 import re
 import warnings
 
@@ -53,11 +54,20 @@ def check(kernel_bodies: dict[str, str], ptxas_log: str) -> None:
         if kernel not in counts:
             continue
         launched = (counts[kernel] + 7) // 8 * 8  # registers are allocated 8 per thread at a time
-        for kind, registers in templates.setmaxnreg_calls(body):
+        for kind, registers, where in templates.setmaxnreg_sites(body):
             if kind == "inc" and registers < launched:
                 raise UserError(
                     f"T.set_max_nreg({registers}, 1) in kernel '{kernel}': ptxas launches the kernel with "
                     f"{counts[kernel]} registers per thread, and a warpgroup can only raise its count above "
                     f"that ({registers} would be an illegal instruction on the GPU). Ask for at least {launched}, "
                     "or for the same count in every raising warpgroup (e.g. 240 + 240 + 24 for 384 threads)"
+                    + _location(where)
                 )
+
+
+def _location(where) -> str:
+    """The user's line of a T.set_max_nreg (`templates.mark_setmaxnreg_lines`), as errors show it."""
+    if where is None:
+        return ""
+    text = linecache.getline(where[0], where[1]).strip()
+    return f"\n  --> {where[0]}:{where[1]}" + (f"\n   | {text}" if text else "")

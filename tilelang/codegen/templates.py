@@ -46,6 +46,7 @@ class Kernel:
     cluster_dims: tuple | None = None  # (x, y, z) of a kernel launched in clusters
     wgmma_forms: set = field(default_factory=set)  # wgmma_isa.Form of each wgmma instruction it issues
     setmaxnreg: list = field(default_factory=list)  # [("inc" | "dec", registers)]
+    setmaxnreg_lines: list = field(default_factory=list)  # "file:line" of the user's T.set_max_nreg, or None
 
 
 def spell(mod) -> tuple:
@@ -64,14 +65,14 @@ def spell(mod) -> tuple:
             if intrinsic is None:
                 return call
             template = intrinsic.template(call)
-            _note(facts, intrinsic, template, intrinsic.args(call))
+            _note(facts, intrinsic, template, intrinsic.args(call), call.span)
             return tirx.call_extern(str(call.ty.dtype), name(intrinsic, template), *intrinsic.args(call))
 
         funcs[gv] = func.with_body(tvm_ffi.structural_map(func.body, [(ir.Call, on_call)], order="post"))
     return ir.IRModule(funcs, attrs=mod.attrs), kernels
 
 
-def _note(facts: Kernel, intrinsic, template: dict, args: list) -> None:
+def _note(facts: Kernel, intrinsic, template: dict, args: list, span=None) -> None:
     if intrinsic is intrinsics.CLUSTER_DIMS:
         facts.cluster_dims = (template["x"], template["y"], template["z"])
     elif intrinsic in intrinsics.WGMMAS:
@@ -80,6 +81,8 @@ def _note(facts: Kernel, intrinsic, template: dict, args: list) -> None:
         facts.wgmma_forms.add(wgmma_isa.Form(n, b_dtype, c_dtype, intrinsic is intrinsics.WGMMA_RS))
     elif intrinsic in intrinsics.SETMAXNREGS:
         facts.setmaxnreg.append((intrinsic.name.rsplit("_", 1)[1], template["registers"]))
+        source, line = getattr(getattr(span, "source_name", None), "name", None), getattr(span, "line", 0)
+        facts.setmaxnreg_lines.append(f"{source}:{line}" if source and line else None)
 
 
 def _pointee(ptr) -> str:
@@ -92,6 +95,29 @@ def _pointee(ptr) -> str:
 
 
 _SETMAXNREG = re.compile(r"tl::setmaxnreg_(inc|dec)<(\d+)>")
+_SETMAXNREG_LINE = re.compile(r"(tl::setmaxnreg_(?:inc|dec)<\d+>\(\);)[^\n]*")
+_SETMAXNREG_SITE = re.compile(r"tl::setmaxnreg_(inc|dec)<(\d+)>(?:\(\);[ \t]*// T\.set_max_nreg at ([^\n]+):(\d+))?")
+
+
+def mark_setmaxnreg_lines(body: str, facts: Kernel) -> str:
+    """A kernel's source with each setmaxnreg call the user wrote followed by `// T.set_max_nreg at
+    file:line` (for the register check after ptxas, `register_counts.py`, which sees only the source).
+    Unchanged unless its calls are the ones `facts` noted, in order."""
+    if setmaxnreg_calls(body) != facts.setmaxnreg or not any(facts.setmaxnreg_lines):
+        return body
+    lines = iter(facts.setmaxnreg_lines)
+
+    def mark(m):
+        where = next(lines)
+        return m.group(1) + (f"  // T.set_max_nreg at {where}" if where else "")
+
+    return _SETMAXNREG_LINE.sub(mark, body)
+
+
+def setmaxnreg_sites(source: str) -> list:
+    """[("inc" | "dec", registers, (file, line) of the user's T.set_max_nreg or None)] of the setmaxnreg
+    calls in generated source, in order (the lines `mark_setmaxnreg_lines` wrote)."""
+    return [(k, int(r), (f, int(n)) if f else None) for k, r, f, n in _SETMAXNREG_SITE.findall(source)]
 
 
 def setmaxnreg_calls(source: str) -> list:

@@ -10,6 +10,7 @@ import tilelang
 import tilelang.language as T
 from tilelang.codegen import cuda, register_counts
 from tilelang.errors import UserError
+from tilelang.testing import assert_points_at
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 
@@ -48,8 +49,10 @@ def test_raising_below_the_launch_count_is_an_error():
     src = _source(_warpgroups(240, 160, 24))
     target = tilelang.utils.target.determine_target("sm_90a")
     message = r"T.set_max_nreg\(160, 1\) in kernel '\w+': ptxas launches the kernel with 168"
-    with pytest.raises(UserError, match=message):  # location: missing (reported)
+    assert "tl::setmaxnreg_inc<160>();  // T.set_max_nreg at " in src  # the user's line, for the check
+    with pytest.raises(UserError, match=message) as err:
         cuda.compile_object(src, target)
+    assert_points_at(err, "T.set_max_nreg(second, 1)")
     cuda.compile_object(_source(_warpgroups(240, 240, 24)), target)
 
 
@@ -65,10 +68,17 @@ def test_report_parsing():
         'extern "C" __global__ void __launch_bounds__(256) a_kernel(int* x) {\n  tl::setmaxnreg_inc<64>();\n}\n'
         'extern "C" __global__ void __launch_bounds__(384) b_kernel(int* x) {\n  tl::setmaxnreg_inc<160>();\n}\n'
     )
-    # 58 registers are allocated as 64: raising to 64 is fine; b's 160 is below its 168.
-    # location: missing (reported)
-    with pytest.raises(UserError, match=r"T.set_max_nreg\(160, 1\) in kernel 'b_kernel'.*at least 168"):
-        register_counts.check(cuda.kernel_bodies(src), log)
+    # 58 registers are allocated as 64: raising to 64 is fine; b's 160 is below its 168, and the
+    # comment the code generator leaves after a user's call names the line.
+    src = src.replace("<160>();", f"<160>();  // T.set_max_nreg at {__file__}:{_line_of('# b asks for 160')}")
+    with pytest.raises(UserError, match=r"T.set_max_nreg\(160, 1\) in kernel 'b_kernel'.*at least 168") as err:
+        register_counts.check(cuda.kernel_bodies(src), log)  # b asks for 160
+    assert_points_at(err, "# b asks for 160")
+
+
+def _line_of(marker: str) -> int:
+    with open(__file__) as f:
+        return next(k for k, line in enumerate(f, 1) if marker in line and "_line_of" not in line)
 
 
 def test_setmaxnreg_kernels_run_one_block_per_sm():

@@ -59,6 +59,17 @@ def test_spell_turns_intrinsics_into_extern_calls_and_reads_the_kernel_facts():
     ]
 
 
+def test_the_users_setmaxnreg_calls_are_marked_with_their_lines():
+    facts = templates.Kernel(setmaxnreg=[("inc", 240), ("dec", 24)], setmaxnreg_lines=["/k.py:7", None])
+    body = "  tl::setmaxnreg_inc<240>();\n  x = 1;\n  tl::setmaxnreg_dec<24>();\n"
+    marked = templates.mark_setmaxnreg_lines(body, facts)
+    assert marked == body.replace("<240>();", "<240>();  // T.set_max_nreg at /k.py:7")
+    assert templates.mark_setmaxnreg_lines(marked, facts) == marked  # marking twice changes nothing
+    assert templates.setmaxnreg_sites(marked) == [("inc", 240, ("/k.py", 7)), ("dec", 24, None)]
+    # calls other than the noted ones (a hook rewrote the source): left unmarked
+    assert templates.mark_setmaxnreg_lines(body.replace("240", "232"), facts) == body.replace("240", "232")
+
+
 def test_a_clustered_kernel_gets_cluster_dims_from_its_record():
     import sys
 
