@@ -67,12 +67,13 @@ def _compiled_source(jit_fn, arch, args, out_idx):
 def test_blocksparse_generated_cuda(arch):
     # The benchmark's size: b8 h32 s4096 d128, causal, 128 x 64 blocks.
     src = _compiled_source(example_blocksparse_attention.blocksparse_attention, arch,
-                           (8, 32, 4096, 128, True, 128, 64, 2, 256), [4])  # fmt: skip
-    assert "if (BlockMask_ptr[" in src  # a key block's work runs only where the mask keeps it
-    if arch == "sm_90a":  # K and V by TMA from a producer warpgroup; a skipped load still arrives
-        assert "tl::tma_load" in src and "tl::setmaxnreg_dec" in src and "tl::mbarrier_arrive(" in src
+                           (8, 32, 4096, 128, True, 128, 64, 2, 256), [5])  # fmt: skip
+    # One trip per kept key block (the loop runs to the block's count), no condition in the body.
+    assert "< BlockCounts_ptr[" in src and "BlockMask" not in src
+    if arch == "sm_90a":  # K and V by TMA from a producer warpgroup; Q·Kᵀ of a block beside P·V of the last
+        assert "tl::tma_load" in src and "tl::setmaxnreg_dec" in src and "tl::wgmma_wait<1>();" in src
         assert "tl::wgmma_ss<" in src and "tl::wgmma_rs<" in src
-    else:  # the next kept block's K and V prefetched by cp.async under its own mask bit
+    else:  # the next kept block's K and V prefetched by cp.async
         assert "tl::cp_async<" in src and "tl::gemm_ss<" in src and "tl::gemm_rs<" in src
 
 
