@@ -13,6 +13,13 @@ def add(N, block=1024):
     return main
 """
 
+# The host unit's precompiled header, built in the background while TVM is imported (once per
+# toolchain and cache folder; `codegen/host_pch.py`).
+from tilelang.codegen import host_pch as _host_pch  # noqa: E402
+
+_host_pch.start_early()
+
+# isort: split
 # The T.* language (it imports the tile ops, which the compiler imports in turn).
 from tilelang import language  # noqa: E402,F401
 from tilelang.dtypes import dtype as DataType  # noqa: E402,F401  (tilelang.DataType: T.dtype)

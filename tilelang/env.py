@@ -103,6 +103,14 @@ def cuda_paths() -> tuple[str, str]:
 
 
 @functools.cache
+def tvm_ffi_dir() -> str:
+    """The installed tvm_ffi package's folder (its C++ headers and library), found without importing it."""
+    import importlib.util
+
+    return os.path.dirname(importlib.util.find_spec("tvm_ffi").origin)
+
+
+@functools.cache
 def host_compiler() -> str:
     found = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if not found:

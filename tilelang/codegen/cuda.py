@@ -28,6 +28,7 @@ import tvm_ffi
 
 from tilelang import env
 from tilelang.codegen import fp8_arith, host_pch, libraries, register_counts, templates, vectors, wgmma_isa, workspace
+from tilelang.codegen.host_pch import host_flags  # noqa: F401  (cuda.host_flags: the host unit's flags)
 from tilelang.utils.target import arch_of
 
 logger = logging.getLogger("tilelang")
@@ -281,23 +282,8 @@ def nvcc_flags(target, fast_math: bool = False, extra=()) -> list[str]:
     return flags + list(extra)
 
 
-def host_flags() -> list[str]:
-    """Flags for the host unit (the host C++ compiler)."""
-    inc, _ = env.cuda_paths()
-    return [
-        "-std=c++17",
-        "-O2",
-        "-fPIC",
-        "-fvisibility=hidden",
-        "-w",
-        f"-I{env.template_path()}",
-        f"-I{inc}",
-        f"-I{_ffi_dir('include')}",
-    ]
-
-
 def _ffi_dir(sub: str) -> str:
-    return os.path.join(os.path.dirname(tvm_ffi.__file__), sub)
+    return os.path.join(env.tvm_ffi_dir(), sub)
 
 
 class CompileError(RuntimeError):

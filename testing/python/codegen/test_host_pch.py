@@ -5,6 +5,9 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import threading
+import time
 
 import pytest
 
@@ -76,3 +79,30 @@ def test_no_header_where_the_cache_cannot_be_written(tmp_path, monkeypatch):
 def test_no_header_for_a_compiler_other_than_gcc(monkeypatch):
     monkeypatch.setattr(host_pch, "_is_gcc", lambda compiler: False)
     assert host_pch.include_flags("clang++", ["-O2"]) == [] and host_pch.build("clang++", ["-O2"]) is None
+
+
+@needs_toolchain
+def test_import_builds_the_header_in_the_background(tmp_path):
+    # The build begun at `import tilelang` (while TVM is imported) leaves the header in the cache;
+    # the interpreter waits for it at exit. TILELANG_EARLY_HOST_PCH=0 turns it off.
+    run = {**os.environ, "TILELANG_CACHE_DIR": str(tmp_path / "on")}
+    subprocess.run([sys.executable, "-c", "import tilelang"], env=run, check=True, capture_output=True)
+    assert len(list((tmp_path / "on" / "pch").glob("*/prelude.h.gch"))) == 1
+    off = {**run, "TILELANG_CACHE_DIR": str(tmp_path / "off"), "TILELANG_EARLY_HOST_PCH": "0"}
+    subprocess.run([sys.executable, "-c", "import tilelang"], env=off, check=True, capture_output=True)
+    assert not (tmp_path / "off" / "pch").exists()
+
+
+def test_a_host_compile_waits_for_the_build_begun_at_import(tmp_path, monkeypatch):
+    monkeypatch.setattr(host_pch, "_is_gcc", lambda compiler: True)
+    monkeypatch.setattr(host_pch, "folder", lambda compiler, flags: str(tmp_path))
+    prelude = str(tmp_path / "prelude.h")
+
+    def late_build():
+        time.sleep(0.2)
+        (tmp_path / "prelude.h.gch").write_text("")
+
+    early = threading.Thread(target=late_build)
+    monkeypatch.setitem(host_pch._early, prelude, early)
+    early.start()
+    assert host_pch.include_flags("g++", ["-O2"]) == ["-include", prelude]
