@@ -13,12 +13,17 @@ k_s u_sᵀ for "new values" u (the WY / UT form of the products of Householder-l
     O = scale * (diag(gamma) Q·S_0  +  ((Q·Kᵀ) ∘ (gamma_i / gamma_j), j <= i)·U)
     S_C = gamma_C S_0  +  (K ∘ gamma_C / gamma)ᵀ·U
 
-One block owns one head and `block_V` columns of V and keeps S in registers (float32) over the
-chunks (T.Pipelined). The matrix products run on tensor cores (fp16/bf16 operands, float32
-accumulators). T is the inverse of a unit lower-triangular matrix, found by forward substitution in
-float32 in shared memory: for each column m, every row below it takes away L[i, m] times row m.
-Sequence lengths that are not a multiple of the chunk work as they are: the last chunk's rows past
-the end load as zeros (k = 0, beta = 0: they change nothing) and are not stored.
+Everything but the S_0 terms depends on the chunk alone, so two kernels: `gdn_prepare` computes,
+for all chunks at once (one block each), T, W = -T·diag(beta * gamma)·K, U0 = T·diag(beta)·V and the
+masked, decayed scores; `gdn_recurrence` then walks the chunks in order with only matrix products
+(U = U0 + W·S_0, O, S_C): one block owns one head and `block_V` columns of V and keeps S in registers
+(float32) over the chunks (T.Pipelined). (With T inside the walk, every step of the walk waited for
+a 64-step substitution, once per block of V columns.) The matrix products run on tensor cores
+(fp16/bf16 operands, float32 accumulators). T is the inverse of a unit lower-triangular matrix, found
+by forward substitution in float32 in shared memory: for each column m, every row below it takes
+away L[i, m] times row m. Sequence lengths that are not a multiple of the chunk work as they are:
+the last chunk's rows past the end load as zeros (k = 0, beta = 0: they change nothing) and are not
+stored.
 """
 
 import argparse
@@ -30,18 +35,14 @@ import tilelang
 import tilelang.language as T
 
 
-@tilelang.jit(out_idx=[-1], pass_configs={tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True})
-def gated_delta_rule_fwd(batch, heads, seq_len, dim_k, dim_v, dtype="float16", scale=None, chunk=64, block_V=64,
-                         num_stages=1, threads=128):  # fmt: skip
-    """O (batch, seq, heads, dim_v) = kernel(Q, K, V, G, Beta): Q, K (batch, seq, heads, dim_k), V (batch,
-    seq, heads, dim_v), and float32 log-gates G and write strengths Beta, (batch, heads, seq) each (a
-    head's values contiguous: a chunk of them is one TMA tile on sm_90a). K's rows should have norm
-    <= 1 (l2-normalized, as Gated DeltaNet does) for the recurrence to be stable."""
-    assert dim_v % block_V == 0, "block_V must divide dim_v"
+@tilelang.jit(pass_configs={tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True})
+def gdn_prepare(batch, heads, seq_len, dim_k, dim_v, dtype="float16", scale=None, chunk=64, threads=128):
+    """Everything of a chunk that does not need the state, for all chunks at once (one block each):
+    the cumulated log-gates Gc, W = -T diag(beta * gamma) K, U0 = T diag(beta) V (float32) and the
+    masked, decayed scores A = scale * (Q·Kᵀ) ∘ (gamma_i / gamma_j), j <= i. Outputs are laid out
+    (batch, heads, chunks * chunk, ...): a chunk's rows are one tile, the padded rows zeros."""
     scale = dim_k**-0.5 if scale is None else scale
-    qk_shape = [batch, seq_len, heads, dim_k]
-    v_shape = [batch, seq_len, heads, dim_v]
-    gate_shape = [batch, heads, seq_len]
+    n = (seq_len + chunk - 1) // chunk
     accum_dtype = "float"
 
     @T.macro
@@ -52,101 +53,146 @@ def gated_delta_rule_fwd(batch, heads, seq_len, dim_k, dim_v, dtype="float16", s
 
     @T.prim_func
     def main(
-        Q: T.Tensor(qk_shape, dtype),
-        K: T.Tensor(qk_shape, dtype),
-        V: T.Tensor(v_shape, dtype),
-        G: T.Tensor(gate_shape, accum_dtype),
-        Beta: T.Tensor(gate_shape, accum_dtype),
-        O: T.Tensor(v_shape, dtype),
+        Q: T.Tensor([batch, seq_len, heads, dim_k], dtype),
+        K: T.Tensor([batch, seq_len, heads, dim_k], dtype),
+        V: T.Tensor([batch, seq_len, heads, dim_v], dtype),
+        G: T.Tensor([batch, heads, seq_len], accum_dtype),
+        Beta: T.Tensor([batch, heads, seq_len], accum_dtype),
+        Gc: T.Tensor([batch, heads, n * chunk], accum_dtype),
+        W: T.Tensor([batch, heads, n * chunk, dim_k], dtype),
+        U0: T.Tensor([batch, heads, n * chunk, dim_v], accum_dtype),
+        Attn: T.Tensor([batch, heads, n * chunk, chunk], dtype),
     ):
-        with T.Kernel(dim_v // block_V, heads, batch, threads=threads) as (bv, bh, bb):
+        with T.Kernel(n, heads, batch, threads=threads) as (c, bh, bb):
             Q_shared = T.alloc_shared([chunk, dim_k], dtype)
             K_shared = T.alloc_shared([chunk, dim_k], dtype)
-            V_shared = T.alloc_shared([chunk, block_V], dtype)
+            V_shared = T.alloc_shared([chunk, dim_v], dtype)
             g_shared = T.alloc_shared([chunk], accum_dtype)
             beta_shared = T.alloc_shared([chunk], accum_dtype)
             G_shared = T.alloc_shared([chunk], accum_dtype)  # g cumulated from the chunk's start
             L_shared = T.alloc_shared([chunk, chunk], accum_dtype)
             T_shared = T.alloc_shared([chunk, chunk], accum_dtype)  # (I + L)⁻¹
             T_next = T.alloc_shared([chunk, chunk], accum_dtype)
-            # One tile of K's shape, three uses in turn: -diag(beta * gamma) K, then W = T times that,
-            # then K ∘ gamma_C / gamma for the state update.
-            K_work = T.alloc_shared([chunk, dim_k], dtype)
-            U_shared = T.alloc_shared([chunk, block_V], dtype)  # diag(beta) V, then U
-            S_shared = T.alloc_shared([dim_k, block_V], dtype)  # the state as an operand
-            O_shared = T.alloc_shared([chunk, block_V], dtype)
-            # Per-token factors, one exp per token rather than one per element they scale.
-            w_scale = T.alloc_shared([chunk], accum_dtype)  # -beta_i * gamma_i
-            q_decay = T.alloc_shared([chunk], accum_dtype)  # scale * gamma_i
-            k_decay = T.alloc_shared([chunk], accum_dtype)  # gamma_C / gamma_j
-            s_decay = T.alloc_var(accum_dtype)  # gamma_C
+            K_work = T.alloc_shared([chunk, dim_k], dtype)  # -diag(beta * gamma) K
+            V_work = T.alloc_shared([chunk, dim_v], dtype)  # diag(beta) V
             A = T.alloc_fragment([chunk, chunk], accum_dtype)
             A_cast = T.alloc_fragment([chunk, chunk], dtype)
             T_cast = T.alloc_fragment([chunk, chunk], dtype)
             G_frag = T.alloc_fragment([chunk], accum_dtype)
-            W = T.alloc_fragment([chunk, dim_k], accum_dtype)
+            W_frag = T.alloc_fragment([chunk, dim_k], accum_dtype)
+            U_frag = T.alloc_fragment([chunk, dim_v], accum_dtype)
+
+            # Rows past the end load as zeros (k = 0, beta = 0, g = 0: they change nothing).
+            T.copy(Q[bb, c * chunk : (c + 1) * chunk, bh, :], Q_shared)
+            T.copy(K[bb, c * chunk : (c + 1) * chunk, bh, :], K_shared)
+            T.copy(V[bb, c * chunk : (c + 1) * chunk, bh, :], V_shared)
+            T.copy(G[bb, bh, c * chunk : (c + 1) * chunk], g_shared)
+            T.copy(Beta[bb, bh, c * chunk : (c + 1) * chunk], beta_shared)
+            # G_i = sum_{j <= i} g_j as a masked row sum (as in example_linear_attn_fwd.py).
+            for i, j in T.Parallel(chunk, chunk):
+                A[i, j] = T.if_then_else(j <= i, g_shared[j], 0)
+            T.reduce_sum(A, G_frag, dim=1)
+            T.copy(G_frag, G_shared)
+            T.copy(G_shared, Gc[bb, bh, c * chunk : (c + 1) * chunk])
+
+            # The scores, masked and decayed: A = scale * (Q·Kᵀ) ∘ (gamma_i / gamma_j), j <= i.
+            T.gemm(Q_shared, K_shared, A, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+            for i, j in T.Parallel(chunk, chunk):
+                A[i, j] = T.if_then_else(j <= i, A[i, j] * (scale * T.exp(G_shared[i] - G_shared[j])), 0)
+            T.copy(A, A_cast)
+            T.copy(A_cast, Attn[bb, bh, c * chunk : (c + 1) * chunk, :])
+
+            # L, then T = (I + L)⁻¹ by forward substitution: row m of T is final once the rows above
+            # it have been taken away from it.
+            T.gemm(K_shared, K_shared, A, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+            for i, j in T.Parallel(chunk, chunk):
+                L_shared[i, j] = T.if_then_else(j < i, A[i, j] * beta_shared[i] * T.exp(G_shared[i] - G_shared[j]), 0)
+            # Two tiles, each step reading one and writing the other, so that a step needs one
+            # barrier. (Updated in place, T would get a barrier before every few rows of every step:
+            # the barrier analysis cannot tell that step m never writes row m, which it reads.)
+            for i, j in T.Parallel(chunk, chunk):
+                T_shared[i, j] = T.if_then_else(i == j, 1, 0)
+            for m2 in T.serial(chunk // 2):
+                substitution_step(L_shared, T_shared, T_next, 2 * m2)
+                substitution_step(L_shared, T_next, T_shared, 2 * m2 + 1)
+            T.copy(T_shared, T_cast)
+
+            # W = -T diag(beta * gamma) K, U0 = T diag(beta) V.
+            for i, d in T.Parallel(chunk, dim_k):
+                K_work[i, d] = K_shared[i, d] * (-beta_shared[i] * T.exp(G_shared[i]))
+            for i, d in T.Parallel(chunk, dim_v):
+                V_work[i, d] = V_shared[i, d] * beta_shared[i]
+            T.gemm(T_cast, K_work, W_frag, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+            T.gemm(T_cast, V_work, U_frag, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(W_frag, W[bb, bh, c * chunk : (c + 1) * chunk, :])
+            T.copy(U_frag, U0[bb, bh, c * chunk : (c + 1) * chunk, :])
+
+    return main
+
+
+@tilelang.jit(out_idx=[-1], pass_configs={tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True})
+def gdn_recurrence(batch, heads, seq_len, dim_k, dim_v, dtype="float16", scale=None, chunk=64, block_V=64,
+                   num_stages=1, threads=128):  # fmt: skip
+    """The state's walk over the chunks, from `gdn_prepare`'s outputs: per chunk U = U0 + W·S_0, then
+    O = diag(scale * gamma) Q·S_0 + A·U and S_C = gamma_C S_0 + (K ∘ gamma_C / gamma)ᵀ·U. One block
+    owns one head and `block_V` columns of V and keeps S in registers (float32) over the chunks."""
+    assert dim_v % block_V == 0, "block_V must divide dim_v"
+    scale = dim_k**-0.5 if scale is None else scale
+    n = (seq_len + chunk - 1) // chunk
+    accum_dtype = "float"
+
+    @T.prim_func
+    def main(
+        Q: T.Tensor([batch, seq_len, heads, dim_k], dtype),
+        K: T.Tensor([batch, seq_len, heads, dim_k], dtype),
+        Gc: T.Tensor([batch, heads, n * chunk], accum_dtype),
+        W: T.Tensor([batch, heads, n * chunk, dim_k], dtype),
+        U0: T.Tensor([batch, heads, n * chunk, dim_v], accum_dtype),
+        Attn: T.Tensor([batch, heads, n * chunk, chunk], dtype),
+        O: T.Tensor([batch, seq_len, heads, dim_v], dtype),
+    ):
+        with T.Kernel(dim_v // block_V, heads, batch, threads=threads) as (bv, bh, bb):
+            Q_shared = T.alloc_shared([chunk, dim_k], dtype)
+            K_shared = T.alloc_shared([chunk, dim_k], dtype)
+            W_shared = T.alloc_shared([chunk, dim_k], dtype)
+            A_shared = T.alloc_shared([chunk, chunk], dtype)
+            G_shared = T.alloc_shared([chunk], accum_dtype)
+            K_work = T.alloc_shared([chunk, dim_k], dtype)  # K ∘ gamma_C / gamma
+            U_shared = T.alloc_shared([chunk, block_V], dtype)
+            S_shared = T.alloc_shared([dim_k, block_V], dtype)  # the state as an operand
+            O_shared = T.alloc_shared([chunk, block_V], dtype)
+            # Per-token factors, one exp per token rather than one per element they scale.
+            q_decay = T.alloc_shared([chunk], accum_dtype)  # scale * gamma_i
+            k_decay = T.alloc_shared([chunk], accum_dtype)  # gamma_C / gamma_j
+            s_decay = T.alloc_var(accum_dtype)  # gamma_C
             U = T.alloc_fragment([chunk, block_V], accum_dtype)
             O_frag = T.alloc_fragment([chunk, block_V], accum_dtype)
             S = T.alloc_fragment([dim_k, block_V], accum_dtype)
 
             T.clear(S)
             T.clear(S_shared)
-            for c in T.Pipelined(T.ceildiv(seq_len, chunk), num_stages=num_stages):
+            for c in T.Pipelined(n, num_stages=num_stages):
                 T.copy(Q[bb, c * chunk : (c + 1) * chunk, bh, :], Q_shared)
                 T.copy(K[bb, c * chunk : (c + 1) * chunk, bh, :], K_shared)
-                T.copy(V[bb, c * chunk : (c + 1) * chunk, bh, bv * block_V : (bv + 1) * block_V], V_shared)
-                T.copy(G[bb, bh, c * chunk : (c + 1) * chunk], g_shared)
-                T.copy(Beta[bb, bh, c * chunk : (c + 1) * chunk], beta_shared)
-                # G_i = sum_{j <= i} g_j as a masked row sum (as in example_linear_attn_fwd.py).
-                for i, j in T.Parallel(chunk, chunk):
-                    A[i, j] = T.if_then_else(j <= i, g_shared[j], 0)
-                T.reduce_sum(A, G_frag, dim=1)
-                T.copy(G_frag, G_shared)
-                for i in T.Parallel(chunk):
-                    w_scale[i] = -beta_shared[i] * T.exp(G_shared[i])
+                T.copy(W[bb, bh, c * chunk : (c + 1) * chunk, :], W_shared)
+                T.copy(Attn[bb, bh, c * chunk : (c + 1) * chunk, :], A_shared)
+                T.copy(Gc[bb, bh, c * chunk : (c + 1) * chunk], G_shared)
+                T.copy(U0[bb, bh, c * chunk : (c + 1) * chunk, bv * block_V : (bv + 1) * block_V], U)
                 for i in T.Parallel(chunk):
                     q_decay[i] = scale * T.exp(G_shared[i])
                 for i in T.Parallel(chunk):
                     k_decay[i] = T.exp(G_shared[chunk - 1] - G_shared[i])
                 s_decay = T.exp(G_shared[chunk - 1])
 
-                # L, then T = (I + L)⁻¹ by forward substitution: row m of T is final once the rows
-                # above it have been taken away from it.
-                T.gemm(K_shared, K_shared, A, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                for i, j in T.Parallel(chunk, chunk):
-                    L_shared[i, j] = T.if_then_else(
-                        j < i, A[i, j] * beta_shared[i] * T.exp(G_shared[i] - G_shared[j]), 0
-                    )
-                # Two tiles, each step reading one and writing the other, so that a step needs one
-                # barrier. (Updated in place, T would get a barrier before every few rows of every
-                # step: the barrier analysis cannot tell that step m never writes row m, which it reads.)
-                for i, j in T.Parallel(chunk, chunk):
-                    T_shared[i, j] = T.if_then_else(i == j, 1, 0)
-                for m2 in T.serial(chunk // 2):
-                    substitution_step(L_shared, T_shared, T_next, 2 * m2)
-                    substitution_step(L_shared, T_next, T_shared, 2 * m2 + 1)
-                T.copy(T_shared, T_cast)
-
-                # W = -T diag(beta * gamma) K, U = T diag(beta) V + W S_0.
-                for i, d in T.Parallel(chunk, dim_k):
-                    K_work[i, d] = K_shared[i, d] * w_scale[i]
-                for i, j in T.Parallel(chunk, block_V):
-                    U_shared[i, j] = V_shared[i, j] * beta_shared[i]
-                T.gemm(T_cast, K_work, W, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                T.gemm(T_cast, U_shared, U, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                T.copy(W, K_work)
-                T.gemm(K_work, S_shared, U, policy=T.GemmWarpPolicy.FullRow)
+                # U = U0 + W·S_0 (W holds the minus sign).
+                T.gemm(W_shared, S_shared, U, policy=T.GemmWarpPolicy.FullRow)
                 T.copy(U, U_shared)
 
-                # O = scale * diag(gamma) Q S_0 + (masked, decayed Q Kᵀ) U.
-                T.gemm(Q_shared, K_shared, A, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                for i, j in T.Parallel(chunk, chunk):
-                    A[i, j] = T.if_then_else(j <= i, A[i, j] * (scale * T.exp(G_shared[i] - G_shared[j])), 0)
-                T.copy(A, A_cast)
+                # O = diag(scale * gamma) Q·S_0 + A·U (A carries its `scale` from gdn_prepare).
                 T.gemm(Q_shared, S_shared, O_frag, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
                 for i, j in T.Parallel(chunk, block_V):
                     O_frag[i, j] *= q_decay[i]
-                T.gemm(A_cast, U_shared, O_frag, policy=T.GemmWarpPolicy.FullRow)
+                T.gemm(A_shared, U_shared, O_frag, policy=T.GemmWarpPolicy.FullRow)
                 T.copy(O_frag, O_shared)
                 T.copy(O_shared, O[bb, c * chunk : (c + 1) * chunk, bh, bv * block_V : (bv + 1) * block_V])
 
@@ -159,6 +205,31 @@ def gated_delta_rule_fwd(batch, heads, seq_len, dim_k, dim_v, dtype="float16", s
                 T.copy(S, S_shared)
 
     return main
+
+
+class gated_delta_rule_fwd:  # noqa: N801 (used as the other examples' jitted kernels are)
+    """O (batch, seq, heads, dim_v) = kernel(Q, K, V, G, Beta): Q, K (batch, seq, heads, dim_k), V (batch,
+    seq, heads, dim_v), and float32 log-gates G and write strengths Beta, (batch, heads, seq) each. K's
+    rows should have norm <= 1 (l2-normalized, as Gated DeltaNet does) for the recurrence to be stable.
+    Two kernels: `gdn_prepare` over all chunks at once, then `gdn_recurrence` along them."""
+
+    def __init__(self, batch, heads, seq_len, dim_k, dim_v, dtype="float16", scale=None, chunk=64, block_V=64,
+                 num_stages=1, threads=128):  # fmt: skip
+        self.prepare = gdn_prepare(batch, heads, seq_len, dim_k, dim_v, dtype, scale, chunk, threads)
+        self.recurrence = gdn_recurrence(batch, heads, seq_len, dim_k, dim_v, dtype, scale, chunk, block_V,
+                                         num_stages, threads)  # fmt: skip
+        self.padded = (seq_len + chunk - 1) // chunk * chunk
+        self.shape = (batch, heads, dim_k, dim_v, chunk)
+
+    def __call__(self, Q, K, V, G, Beta):
+        batch, heads, dim_k, dim_v, chunk = self.shape
+        rows = (batch, heads, self.padded)
+        Gc = torch.empty(rows, device=Q.device, dtype=torch.float32)
+        W = torch.empty(*rows, dim_k, device=Q.device, dtype=Q.dtype)
+        U0 = torch.empty(*rows, dim_v, device=Q.device, dtype=torch.float32)
+        Attn = torch.empty(*rows, chunk, device=Q.device, dtype=Q.dtype)
+        self.prepare(Q, K, V, G, Beta, Gc, W, U0, Attn)
+        return self.recurrence(Q, K, Gc, W, U0, Attn)
 
 
 def ref_recurrent(Q, K, V, g, beta, scale=None):

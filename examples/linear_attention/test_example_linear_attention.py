@@ -99,10 +99,17 @@ def test_gated_delta_rule_references_agree():
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("dim,num_stages", [(128, 1), (64, 2)])
 def test_gated_delta_rule_generated_cuda_compiles(arch, dim, num_stages):
-    f = example_gated_delta_rule_fwd.gated_delta_rule_fwd.factory(8, 32, 4096, dim, dim, "float16", None, 64, 64,
-                                                                  num_stages)  # fmt: skip
-    k = tilelang.compile(f, out_idx=[-1], target=arch, pass_configs={"tl.enable_fast_math": True})
-    src = k.get_kernel_source()
+    gdn = example_gated_delta_rule_fwd
+    prepare = gdn.gdn_prepare.factory(8, 32, 4096, dim, dim, "float16", None, 64)
+    recurrence = gdn.gdn_recurrence.factory(8, 32, 4096, dim, dim, "float16", None, 64, 64, num_stages)
     gemm = "tl::wgmma_" if arch == "sm_90a" else "tl::gemm_"
-    assert gemm + "ss<" in src and gemm + "rs<" in src  # T and the masked scores as A from registers
-    cuda.compile_object(src, k.target, fast_math=True)
+    for f, out_idx in ((prepare, None), (recurrence, [-1])):
+        k = tilelang.compile(f, out_idx=out_idx, target=arch, pass_configs={"tl.enable_fast_math": True})
+        src = k.get_kernel_source()
+        if f is prepare:  # Q·Kᵀ and K·Kᵀ from shared memory; T from registers
+            assert gemm + "ss<" in src and gemm + "rs<" in src and "for (int m2 = 0; m2 < 32; ++m2)" in src
+        else:  # only matrix products along the chunks: no substitution
+            assert gemm + "ss<" in src and "m2" not in src
+            if arch == "sm_90a":  # the chunk's tiles loaded by TMA from a producer warpgroup
+                assert "tl::tma_load" in src and "tl::setmaxnreg_dec" in src
+        cuda.compile_object(src, k.target, fast_math=True)
