@@ -207,29 +207,26 @@ def gdn_recurrence(batch, heads, seq_len, dim_k, dim_v, dtype="float16", scale=N
     return main
 
 
-class gated_delta_rule_fwd:  # noqa: N801 (used as the other examples' jitted kernels are)
+def gated_delta_rule_fwd(batch, heads, seq_len, dim_k, dim_v, dtype="float16", scale=None, chunk=64, block_V=64,
+                         num_stages=1, threads=128):  # fmt: skip
     """O (batch, seq, heads, dim_v) = kernel(Q, K, V, G, Beta): Q, K (batch, seq, heads, dim_k), V (batch,
     seq, heads, dim_v), and float32 log-gates G and write strengths Beta, (batch, heads, seq) each. K's
     rows should have norm <= 1 (l2-normalized, as Gated DeltaNet does) for the recurrence to be stable.
     Two kernels: `gdn_prepare` over all chunks at once, then `gdn_recurrence` along them."""
+    prepare = gdn_prepare(batch, heads, seq_len, dim_k, dim_v, dtype, scale, chunk, threads)
+    recurrence = gdn_recurrence(batch, heads, seq_len, dim_k, dim_v, dtype, scale, chunk, block_V, num_stages,
+                                threads)  # fmt: skip
+    rows = (batch, heads, (seq_len + chunk - 1) // chunk * chunk)  # whole chunks
 
-    def __init__(self, batch, heads, seq_len, dim_k, dim_v, dtype="float16", scale=None, chunk=64, block_V=64,
-                 num_stages=1, threads=128):  # fmt: skip
-        self.prepare = gdn_prepare(batch, heads, seq_len, dim_k, dim_v, dtype, scale, chunk, threads)
-        self.recurrence = gdn_recurrence(batch, heads, seq_len, dim_k, dim_v, dtype, scale, chunk, block_V,
-                                         num_stages, threads)  # fmt: skip
-        self.padded = (seq_len + chunk - 1) // chunk * chunk
-        self.shape = (batch, heads, dim_k, dim_v, chunk)
-
-    def __call__(self, Q, K, V, G, Beta):
-        batch, heads, dim_k, dim_v, chunk = self.shape
-        rows = (batch, heads, self.padded)
+    def kernel(Q, K, V, G, Beta):
         Gc = torch.empty(rows, device=Q.device, dtype=torch.float32)
         W = torch.empty(*rows, dim_k, device=Q.device, dtype=Q.dtype)
         U0 = torch.empty(*rows, dim_v, device=Q.device, dtype=torch.float32)
         Attn = torch.empty(*rows, chunk, device=Q.device, dtype=Q.dtype)
-        self.prepare(Q, K, V, G, Beta, Gc, W, U0, Attn)
-        return self.recurrence(Q, K, Gc, W, U0, Attn)
+        prepare(Q, K, V, G, Beta, Gc, W, U0, Attn)
+        return recurrence(Q, K, Gc, W, U0, Attn)
+
+    return kernel
 
 
 def ref_recurrent(Q, K, V, g, beta, scale=None):
