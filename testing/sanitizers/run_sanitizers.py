@@ -10,7 +10,7 @@ out (REFERENCE_KERNELS), under every tool but initcheck.
 
     python testing/sanitizers/run_sanitizers.py                      # every tool, every example
     python testing/sanitizers/run_sanitizers.py --tools racecheck --examples gemm flash_attention
-    python testing/sanitizers/run_sanitizers.py --quick               # the first test case of each file
+    python testing/sanitizers/run_sanitizers.py --quick               # each function's first and last case
 
 Sanitized kernels run 10-100x slower (racecheck the most): --timeout bounds each run.
 """
@@ -64,9 +64,9 @@ _REPORT = re.compile(r"^=+ (?:Error|Warning|Invalid|Uninitialized|Barrier|Progra
 _WHERE = re.compile(r"^=+\s+(?:(?:Write|Read) Thread \([\d,]+\) )?at (\S+?)\+0x")
 
 
-def command(tool: str, test_file: str, quick: bool, exclude: str | None = REFERENCE_KERNELS_UNCHECKED) -> list[str]:
-    """compute-sanitizer running one example test file's GPU tests in pytest (`exclude`: a regex of kernel
-    names left unchecked; they still run)."""
+def command(tool: str, tests, quick: bool, exclude: str | None = REFERENCE_KERNELS_UNCHECKED) -> list[str]:
+    """compute-sanitizer running GPU tests in pytest: `tests` a test file, a node id or a list of node ids
+    (`exclude`: a regex of kernel names left unchecked; they still run)."""
     flags = ["--tool", tool, "--error-exitcode", "99", "--print-limit", str(PRINT_LIMIT)]
     if exclude and tool not in CHECKS_EVERY_KERNEL:
         flags += ["--kernel-name-exclude", f"regex={exclude}"]
@@ -74,7 +74,8 @@ def command(tool: str, test_file: str, quick: bool, exclude: str | None = REFERE
         flags += ["--racecheck-report", "hazard"]
     if tool == "memcheck":
         flags += ["--leak-check", "no"]
-    pytest = [sys.executable, "-m", "pytest", "-q", "-x", "-m", "gpu", "-p", "no:cacheprovider", test_file]
+    tests = [tests] if isinstance(tests, str) else list(tests)
+    pytest = [sys.executable, "-m", "pytest", "-q", "-x", "-m", "gpu", "-p", "no:cacheprovider", *tests]
     if quick:
         pytest += ["--maxfail=1", "-k", "not persistent"]  # the cheapest cases
     return [sanitizer(), *flags, *pytest]
@@ -134,6 +135,26 @@ def test_functions(test_file: str) -> list[str]:
             and (module_gpu or any("gpu" in ast.unparse(d) for d in node.decorator_list))]  # fmt: skip
 
 
+def end_cases(test_file: str, functions: list[str]) -> dict[str, list[str]]:
+    """{function: pytest node ids of its first and last case} (`file::test_x[parameters]`), from
+    pytest's collection. Both ends: a parameter list often starts or ends with a degenerate case (no
+    block kept, no slot used) and the other end is a full one."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", test_file],
+                         cwd=os.path.dirname(test_file), capture_output=True, text=True)  # fmt: skip
+    return {fn: end_case_ids(out.stdout, test_file, fn) for fn in functions}
+
+
+def end_case_ids(collected: str, test_file: str, function: str) -> list[str]:
+    """The first and last node ids of `function` in pytest's `--collect-only -q` listing, as paths to
+    `test_file`; `file::function` (all its cases) when the listing does not name it."""
+    ids = []
+    for line in collected.splitlines():
+        name, _, params = line.strip().partition("::")[2].partition("[")
+        if name == function:
+            ids.append(f"{test_file}::{function}" + (f"[{params}" if params else ""))
+    return sorted({ids[0], ids[-1]}, key=ids.index) if ids else [f"{test_file}::{function}"]
+
+
 def merge(verdicts: list[str]) -> str:
     """One example's verdict from its test functions': errors summed, else the first problem, else clean."""
     errors = [int(v.split()[0]) for v in verdicts if v.endswith(" errors")]
@@ -150,7 +171,7 @@ def main() -> int:
     parser.add_argument("--tools", nargs="+", default=list(TOOLS), choices=TOOLS)
     parser.add_argument("--examples", nargs="+", default=None, help="example folders (default: all)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per (tool, test function)")
-    parser.add_argument("--quick", action="store_true", help="skip the larger cases (persistent GEMMs)")
+    parser.add_argument("--quick", action="store_true", help="each function's first and last case (no persistent GEMM)")
     parser.add_argument("--jobs", type=int, default=1, help="sanitizer processes at once (they share the GPU)")
     parser.add_argument("--log-dir", default=os.environ.get("OUT", "/tmp"), help="full sanitizer output here")
     args = parser.parse_args()
@@ -165,13 +186,18 @@ def main() -> int:
     exclude = REFERENCE_KERNELS_UNCHECKED if exclusion_works() else None
     print(f"reference kernels (torch, cuBLAS, cuDNN): {'not checked' if exclude else 'checked too'}", flush=True)
     units = [(f, fn, tool) for tool in args.tools for f in files for fn in test_functions(f)]
+    # --quick: two cases a function (racecheck and initcheck run each kernel 10-100x slower, and some
+    # functions have 30 cases: 14 of 56 runs timed out at 240 s on the H200 with all of them).
+    node = {(f, fn): f"{f}::{fn}" for f in files for fn in test_functions(f)}
+    if args.quick:
+        node = {(f, fn): ids for f in files for fn, ids in end_cases(f, test_functions(f)).items()}
     name_of = {f: os.path.relpath(f, os.path.join(ROOT, "examples")) for f in files}
 
     def run(unit):
         test_file, function, tool = unit
         start = time.time()
         try:
-            cmd = command(tool, f"{test_file}::{function}", args.quick, exclude)
+            cmd = command(tool, node[(test_file, function)], args.quick, exclude)
             done = subprocess.run(cmd, cwd=os.path.dirname(test_file), env=env, capture_output=True, text=True,
                                   timeout=args.timeout)  # fmt: skip
             code, output = done.returncode, done.stdout + done.stderr

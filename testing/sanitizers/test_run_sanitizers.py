@@ -92,3 +92,29 @@ def test_the_racecheck_probe_builds(tmp_path):
     probe = os.path.join(os.path.dirname(__file__), "probes", "named_barrier_race.cu")
     cmd = ["nvcc", "-gencode", "arch=compute_90a,code=sm_90a", "-o", str(tmp_path / "probe"), probe]
     subprocess.run(cmd, check=True, capture_output=True)
+
+
+def test_quick_runs_each_functions_first_and_last_case(monkeypatch):
+    monkeypatch.setattr(rs, "sanitizer", lambda: "/cuda/bin/compute-sanitizer")
+    listing = (
+        "test_example_gemm.py::test_gemm[float16-128]\n"
+        "test_example_gemm.py::test_gemm[float16-256]\n"
+        "test_example_gemm.py::test_gemm[bfloat16-128]\n"
+        "test_example_gemm.py::test_gemm_persistent\n"
+        "test_example_gemm.py::test_generated_cuda_compiles[sm_80]\n"
+        "\n5 tests collected in 1.2s\n"
+    )
+    path = "/x/examples/gemm/test_example_gemm.py"
+    ids = rs.end_case_ids(listing, path, "test_gemm")
+    assert ids == [path + "::test_gemm[float16-128]", path + "::test_gemm[bfloat16-128]"]
+    assert rs.end_case_ids(listing, path, "test_gemm_persistent") == [path + "::test_gemm_persistent"]
+    assert rs.end_case_ids(listing, path, "test_missing") == [path + "::test_missing"]  # all of it
+    cmd = rs.command("racecheck", ids, quick=True)
+    assert cmd[cmd.index("no:cacheprovider") + 1 :][:2] == ids
+
+
+def test_end_cases_from_pytests_collection():
+    sparse = os.path.join(rs.ROOT, "examples", "sparse_attention", "test_example_sparse_attention.py")
+    cases = rs.end_cases(sparse, rs.test_functions(sparse))
+    assert len(cases) == 2 and all(len(ids) == 2 for ids in cases.values())
+    assert cases["test_nsa_fwd"][0].startswith(sparse + "::test_nsa_fwd[")
