@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 from dataclasses import dataclass
 
 from tilelang.jit.exported import CALLS, evaluate_dim, parse_dim
@@ -241,6 +242,7 @@ def bind_symbols(params: list[Param], args, kernel_name: str = "kernel") -> dict
                 values[name], sources[name] = size, (param, d, k, shape)
             elif values[name] != size:
                 raise ValueError(_disagreement(name, sources[name], (param, d, k, shape), kernel_name))
+        _check_offsets_fit(param, shape, k, kernel_name)
         if param.expression_dims:
             computed.append((k, param, shape))
     for k, param, shape in computed:  # once every symbol is known
@@ -286,6 +288,23 @@ def _check_fits(param, d, name, size, position, kernel_name):
             f"{_where(param, position, kernel_name)} has size {size} in dimension {d}, which is symbol "
             f"'{name}' of dtype {dtype}; sizes of 2**31 or more need T.dynamic('{name}', 'int64')"
         )
+
+
+def _check_offsets_fit(param, shape, position, kernel_name):
+    """A tensor whose sizes are int32 symbols and constants is addressed with int32 offsets (the kernel
+    was compiled not knowing its size): 2**31 elements or more would wrap to other addresses."""
+    dtypes = dict(param.symbols)
+    if not dtypes or "int64" in dtypes.values():
+        return
+    elements = math.prod(int(n) for n in shape)
+    if elements <= _SYMBOL_MAX["int32"]:
+        return
+    name = sorted(dtypes)[0]
+    raise ValueError(
+        f"{_where(param, position, kernel_name)} has {elements} elements (shape {list(shape)}), 2**31 or more; its "
+        f"sizes are int32 symbols and constants, so the kernel addresses it with int32 offsets, which would wrap. "
+        f"Declare its size T.dynamic('{name}', 'int64') for int64 offsets"
+    )
 
 
 def _disagreement(name, first, second, kernel_name) -> str:

@@ -108,6 +108,19 @@ def test_an_int32_symbol_cannot_hold_2_to_the_31(params):
     assert bind_symbols([wide], [huge]) == {"m": 2**31}
 
 
+def test_a_tensor_of_2_to_the_31_elements_needs_an_int64_symbol():
+    # A packed varlen Q of 600K tokens x 32 heads x 128: each dimension fits int32, the element count does
+    # not, and the kernel's offsets (q_start * 4096 + ...) were int32: they wrapped past 524,288 tokens.
+    packed = torch.empty(1, 1, 1).expand(600_000, 32, 128)  # no storage: only the shape matters
+    p = Param("Q", ("total_q", 32, 128), "float16", (("total_q", "int32"),))
+    message = r"'Q' \(argument #0\) has 2457600000 elements.*int32 offsets.*T.dynamic\('total_q', 'int64'\)"
+    with pytest.raises(ValueError, match=message):
+        bind_symbols([p], [packed])
+    wide = Param("Q", ("total_q", 32, 128), "float16", (("total_q", "int64"),))
+    assert bind_symbols([wide], [packed]) == {"total_q": 600_000}
+    assert bind_symbols([p], [packed[:524_287]]) == {"total_q": 524_287}  # under 2**31 elements (bounds too)
+
+
 def test_binding_reports_a_wrong_rank_or_a_non_tensor(params):
     with pytest.raises(ValueError, match=r"parameter 'A' \(argument #0\).*3 dimensions instead of 2"):
         bind_symbols(params, [torch.empty(2, 64, 1), torch.empty(4, 64), None], "rows_plus")
