@@ -19,8 +19,31 @@ class CompilerError(RuntimeError):
     """An internal error of the compiler (not the user's fault); names the pass that failed."""
 
 
+def format_location(filename: str, line: int, col: int = 0, end_col: int = 0) -> str:
+    """A source location as every tilelang error shows it, the kernel parser's format:
+
+         --> kernel.py:12:9
+            |
+         12 |         T.copy(A, s[0:32])
+            |         ^^^^^^^^^^^^^^^^^^
+
+    `col`/`end_col` (1-based, end exclusive) place the carets; without them they underline the
+    statement. Only the location line when the file cannot be read."""
+    where = f" --> {filename}:{line}" + (f":{col}" if col else "")
+    text = linecache.getline(str(filename), int(line)).rstrip()
+    if not text.strip():
+        return where
+    if not col or col > len(text):
+        col = len(text) - len(text.lstrip()) + 1
+    if not where.endswith(f":{col}"):
+        where = f" --> {filename}:{line}:{col}"
+    width = (end_col - col) if end_col > col else len(text) - col + 1
+    pad = " " * len(str(line))
+    return f"{where}\n{pad} |\n{line} | {text}\n{pad} | {' ' * (col - 1)}{'^' * max(1, width)}"
+
+
 def describe_span(span) -> str:
-    """'file:line' and the source line for an IR span, or '' when the node has no span."""
+    """The location of an IR span (`format_location`), or '' when the node has none."""
     if span is None:
         return ""
     source = getattr(span, "source_name", None)
@@ -28,13 +51,12 @@ def describe_span(span) -> str:
     line = getattr(span, "line", 0)
     if not name or not line:
         return ""
-    text = linecache.getline(str(name), int(line)).rstrip()
-    where = f"  --> {name}:{line}"
-    return f"{where}\n   | {text.strip()}" if text else where
+    end_col = getattr(span, "end_column", 0) if getattr(span, "end_line", line) == line else 0
+    return format_location(str(name), int(line), int(getattr(span, "column", 0) or 0), int(end_col or 0))
 
 
 def describe_function(fn) -> str:
-    """'file:line' and the `def` line of a Python function (for errors about a kernel's signature)."""
+    """The location of a Python function's `def` line (for errors about a kernel's signature)."""
     code = getattr(fn, "__code__", None)
     if code is None:
         return ""
@@ -44,8 +66,8 @@ def describe_function(fn) -> str:
         if not text:
             break
         if text.lstrip().startswith(("def ", "async def ")):
-            return f"  --> {code.co_filename}:{k}\n   | {text.strip()}"
-    return f"  --> {code.co_filename}:{line}"
+            return format_location(code.co_filename, k)
+    return format_location(code.co_filename, line)
 
 
 def at_span(message: str, *spans) -> UserError:
@@ -57,7 +79,7 @@ def at_span(message: str, *spans) -> UserError:
 
 
 def tracing_location() -> str:
-    """'file:line' and the source line of the kernel statement being traced (for warnings raised while
+    """The location (`format_location`) of the kernel statement being traced (for warnings raised while
     TVM's parser evaluates it: errors get theirs from the parser), or '' outside tracing. The parser's
     frames hold the AST node they evaluate; the innermost one is the most precise."""
     frame = sys._getframe(1)
@@ -66,11 +88,10 @@ def tracing_location() -> str:
         source = getattr(getattr(parser, "diag", None), "source", None)
         if source is not None and hasattr(source, "location") and hasattr(node, "lineno"):
             try:
-                line = source.location(node)[0]
+                line, col, end_line, end_col = source.location(node)
             except Exception:  # noqa: BLE001 - a node the source cannot place: look further out
                 line = 0
             if line:
-                text = linecache.getline(str(source.source_name), line).strip()
-                return f"  --> {source.source_name}:{line}" + (f"\n   | {text}" if text else "")
+                return format_location(str(source.source_name), line, col, end_col if end_line == line else 0)
         frame = frame.f_back
     return ""

@@ -5,6 +5,7 @@ import logging
 
 import tilelang.language as T
 from tilelang.errors import tracing_location
+from tilelang.testing import locations_shown
 
 
 def _pipelined(stages, iterations=2):
@@ -23,9 +24,11 @@ def test_a_warning_while_tracing_names_the_users_line(caplog):
     caplog.set_level(logging.WARNING, logger="tilelang")
     _pipelined(3)
     (record,) = [r for r in caplog.records if "num_stages=3 but the loop runs 2 iterations" in r.getMessage()]
-    lines = record.getMessage().splitlines()
-    assert lines[1].startswith(f"  --> {__file__}:") and lines[1].endswith(str(_pipelined.__code__.co_firstlineno + 5))
-    assert lines[2] == "   | for i in T.Pipelined(iterations, num_stages=stages):  # the line the warning names"
+    where = (__file__, _pipelined.__code__.co_firstlineno + 5)
+    assert locations_shown(record.getMessage()) == [
+        (*where, "for i in T.Pipelined(iterations, num_stages=stages):  # the line the warning names")
+    ]
+    assert f" --> {__file__}:{where[1]}:22\n" in record.getMessage()  # the loop's column
 
 
 def test_outside_tracing_there_is_no_location():

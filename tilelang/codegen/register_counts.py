@@ -12,12 +12,11 @@ ptxas launched with 168 registers.
 
 from __future__ import annotations
 
-import linecache
 import re
 import warnings
 
 from tilelang.codegen import templates
-from tilelang.errors import UserError
+from tilelang.errors import UserError, format_location
 
 PTXAS_VERBOSE = ["-Xptxas", "-v"]
 _ENTRY = re.compile(r"Compiling entry function '(\w+)'")
@@ -67,7 +66,4 @@ def check(kernel_bodies: dict[str, str], ptxas_log: str) -> None:
 
 def _location(where) -> str:
     """The user's line of a T.set_max_nreg (`templates.mark_setmaxnreg_lines`), as errors show it."""
-    if where is None:
-        return ""
-    text = linecache.getline(where[0], where[1]).strip()
-    return f"\n  --> {where[0]}:{where[1]}" + (f"\n   | {text}" if text else "")
+    return "" if where is None else "\n" + format_location(*where)

@@ -25,7 +25,7 @@ import tvm_ffi
 from tvm import ir, tirx
 
 from tilelang.dtypes import canonical
-from tilelang.errors import UserError
+from tilelang.errors import UserError, format_location
 
 SYMBOL_DTYPES = ("int32", "int64")
 
@@ -163,7 +163,7 @@ def explain_undefined(message: str, func=None) -> str:
 
 
 def _first_use(func, symbol: str) -> str:
-    """'  --> file:line' and the line of the first statement of `func`'s body that names a Python
+    """The location (`format_location`) of the first statement of `func`'s body that names a Python
     variable holding the symbol `symbol` (a tirx.Var of that name), or ''."""
     try:
         bound = inspect.getclosurevars(func)
@@ -178,5 +178,5 @@ def _first_use(func, symbol: str) -> str:
     body = next((k + 1 for k, line in enumerate(lines) if line.lstrip().startswith("def ")), 0)
     for k in range(body, len(lines)):
         if pattern.search(lines[k]):
-            return f"  --> {func.__code__.co_filename}:{start + k}\n   | {lines[k].strip()}"
+            return format_location(func.__code__.co_filename, start + k)
     return ""

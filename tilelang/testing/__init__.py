@@ -34,13 +34,14 @@ import sys
 
 from tilelang import env
 from tilelang.errors import UserError
-from tilelang.testing.compare import assert_points_at, torch_assert_close
+from tilelang.testing.compare import assert_points_at, locations_shown, torch_assert_close
 from tilelang.testing.perf_regression import process_func, regression
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 __all__ = [
     "assert_points_at",
+    "locations_shown",
     "main",
     "process_func",
     "regression",

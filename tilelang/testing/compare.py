@@ -90,8 +90,9 @@ def torch_assert_close(
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tilelang/
-# A location, as tilelang writes it ("  --> file:line") and as the kernel parser does (" --> file:line:col"),
-# then the source lines shown under it: "   | text" (tilelang), " 139 |   text" and caret lines (the parser).
+# A location as errors show it (" --> file:line:col", `errors.format_location`, the kernel parser's format;
+# also the older "  --> file:line"), then the source lines shown under it: " 139 |   text" and a caret line
+# (or "   | text").
 _WHERE = re.compile(r"^ *--> (.+?):(\d+)(?::\d+)?$")
 _SHOWN = re.compile(r"^ *\d* *\|(.*)$")
 
@@ -109,6 +110,17 @@ def _locations(text: str) -> list[tuple[str, list[str]]]:
         elif not shown and found and found[-1][1]:
             found.append(("", []))  # the lines under a location end at the first other line
     return [(where, source) for where, source in found if where]
+
+
+def locations_shown(error) -> list[tuple[str, int, str]]:
+    """(file, line, the first source line shown, stripped) of each location in an error's message (a
+    UserError, an ExceptionInfo or the text), in order: for tests of what a message points at."""
+    text = error if isinstance(error, str) else str(error if isinstance(error, BaseException) else error.value)
+    out = []
+    for where, source in _locations(text):
+        path, line = where.rsplit(":", 1)
+        out.append((path, int(line), source[0] if source else ""))
+    return out
 
 
 def assert_points_at(error, fragment: str) -> None:

@@ -4,7 +4,7 @@ and become one function attribute, which `set_register_budgets` applies to the w
 specialization tilelang builds.
 
 Before:  T.Kernel { ...; tl.register_hint(producer, 24); ... }
-After:   T.Kernel { ...; ... }       attrs["tl.register_hints"] = {"producer": [24, "  --> file:line ..."]}
+After:   T.Kernel { ...; ... }       attrs["tl.register_hints"] = {"producer": [24, " --> file:line:col ..."]}
 
 A hint is for the whole kernel wherever it is written (in the public TileLang too), so it is taken
 out first, before any pass moves code around it; the attribute keeps each role's count and the

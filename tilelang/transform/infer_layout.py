@@ -558,7 +558,7 @@ def _warn_enlarged(state):
                 buffer.name,
                 shape,
                 [n - 1 for n in layout.shape],
-                describe_span(state.sources.get(buffer)).split("\n")[0].replace("  -->", ", at"),
+                describe_span(state.sources.get(buffer)).split("\n")[0].replace(" -->", ", at"),
             )
 
 

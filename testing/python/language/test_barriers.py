@@ -152,7 +152,8 @@ def test_register_budget():
     # 384 threads are launched with 168 registers each: 504 per thread over the three warpgroups.
     # The error points at a raising warpgroup's T.set_max_nreg line in this file.
     message = r"(?s)240 \+ 240 \+ 32 = 512 registers per thread, more than the 504 \(3 x 168\)"
-    with pytest.raises(UserError, match=message + r".*test_barriers.py:\d+\n\s*\| T.set_max_nreg\(240, 1\)") as err:
+    where = r".*test_barriers.py:\d+:\d+\n\s*\|\n\d+ \|\s*T.set_max_nreg\(240, 1\)"
+    with pytest.raises(UserError, match=message + where) as err:
         tilelang.compile(_three_warpgroups(32), target="sm_90a")
     assert_points_at(err, "T.set_max_nreg(240, 1)")
     tilelang.compile(_three_warpgroups(24), target="sm_90a")
@@ -161,7 +162,7 @@ def test_register_budget():
 def test_lowering_above_the_launch_count():
     # ptxas rejects a setmaxnreg.dec above the 168 registers a 384-thread block has at most (C7406).
     message = r"(?s)T.set_max_nreg\(176, 0\) lowers .* at most 168 per thread"
-    message += r".*test_barriers.py:\d+\n\s*\| T.set_max_nreg\(producer_registers, 0\)"
+    message += r".*test_barriers.py:\d+:\d+\n\s*\|\n\d+ \|\s*T.set_max_nreg\(producer_registers, 0\)"
     with pytest.raises(UserError, match=message) as err:
         tilelang.compile(_three_warpgroups(176), target="sm_90a")
     assert_points_at(err, "T.set_max_nreg(producer_registers, 0)")
@@ -175,6 +176,6 @@ def test_set_max_nreg_off_a_warpgroup():
                 T.set_max_nreg(240, 1)
 
     with pytest.raises(UserError, match=r"(?s)per warpgroup \(128 threads\), here on threads 0..63.*"
-                       r"test_barriers.py:\d+\n\s*\| T.set_max_nreg\(240, 1\)") as err:  # fmt: skip
+                       r"test_barriers.py:\d+:\d+\n\s*\|\n\d+ \|\s*T.set_max_nreg\(240, 1\)") as err:  # fmt: skip
         tilelang.compile(main, target="sm_90a")
     assert_points_at(err, "T.set_max_nreg(240, 1)")

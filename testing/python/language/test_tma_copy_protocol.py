@@ -334,7 +334,7 @@ def test_column_windows_of_a_swizzled_tile():
 
 
 def test_a_window_off_the_panels_is_an_error():
-    where = r"test_tma_copy_protocol.py:\d+\n\s*\| T.tma_copy\(A\["
+    where = r"test_tma_copy_protocol.py:\d+:\d+\n\s*\|\n\d+ \|\s*T.tma_copy\(A\["
     with pytest.raises(UserError, match=r"(?s)whole swizzle panels.*" + where) as err:
         _source(column_windows(width=32))
     assert_points_at(err, "T.tma_copy(A[:, j * width : (j + 1) * width]")

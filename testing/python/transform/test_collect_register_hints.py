@@ -43,7 +43,8 @@ def test_hints_become_the_attribute():
     hints = out.attrs[REGISTER_HINTS]
     assert int(hints["producer"][0]) == 24 and int(hints["consumer"][0]) == 232
     assert re.search(
-        r"test_collect_register_hints.py:\d+\n\s*\| T.annotate_consumer_reg_alloc\(232\)", hints["consumer"][1]
+        r"test_collect_register_hints.py:\d+:\d+\n\s*\|\n\d+ \|\s*T.annotate_consumer_reg_alloc\(232\)",
+        hints["consumer"][1],
     )
     out.script()  # the attribute prints (the IR dump writes every pass's output)
     stores = []

@@ -15,7 +15,7 @@ from tilelang.errors import UserError
 from tilelang.op import gemm as gemm_op
 from tilelang.op.gemm import mma, selection, wgmma
 from tilelang.options import CompileOptions
-from tilelang.testing import assert_points_at
+from tilelang.testing import assert_points_at, locations_shown
 from tilelang.transform.select_gemm_instructions import select_gemm_instructions
 from tilelang.utils.target import determine_target
 
@@ -263,10 +263,10 @@ def test_gemms_into_one_accumulator_stay_wgmma_when_nothing_forces_mma():
 
 
 def _location(marker):
-    """'file:line' of the line of this file ending with `marker` (where an error must point)."""
+    """(file, line) of the line of this file ending with `marker` (where an error must point)."""
     with open(__file__) as f:
         (line,) = [k + 1 for k, text in enumerate(f) if text.rstrip().endswith(marker)]
-    return f"{__file__.rsplit('/', 1)[-1]}:{line}"
+    return __file__, line
 
 
 def _mixed_operands(convert_first=False):
@@ -297,7 +297,7 @@ def test_operands_of_different_dtypes_are_an_error_at_the_gemm(arch):
     text = str(info.value)
     assert "different dtypes: A_s is int8 and B_s is float16" in text
     assert "supported:" not in text  # not the instruction table
-    assert f"{_location('# int8 x float16')}\n   | T.gemm(A_s, B_s, C_f)" in text
+    assert (*_location("# int8 x float16"), "T.gemm(A_s, B_s, C_f)  # int8 x float16") in locations_shown(text)
     # What the message advises compiles.
     kernel = tilelang.compile(_mixed_operands(convert_first=True), target=arch)
     cuda.compile_object(kernel.get_kernel_source(), kernel.target)
