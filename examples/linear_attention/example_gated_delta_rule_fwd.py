@@ -156,6 +156,7 @@ def gdn_recurrence(batch, heads, seq_len, dim_k, dim_v, dtype="float16", scale=N
             K_shared = T.alloc_shared([chunk, dim_k], dtype)
             W_shared = T.alloc_shared([chunk, dim_k], dtype)
             A_shared = T.alloc_shared([chunk, chunk], dtype)
+            U0_shared = T.alloc_shared([chunk, block_V], accum_dtype)
             G_shared = T.alloc_shared([chunk], accum_dtype)
             K_work = T.alloc_shared([chunk, dim_k], dtype)  # K ∘ gamma_C / gamma
             U_shared = T.alloc_shared([chunk, block_V], dtype)
@@ -177,7 +178,8 @@ def gdn_recurrence(batch, heads, seq_len, dim_k, dim_v, dtype="float16", scale=N
                 T.copy(W[bb, bh, c * chunk : (c + 1) * chunk, :], W_shared)
                 T.copy(Attn[bb, bh, c * chunk : (c + 1) * chunk, :], A_shared)
                 T.copy(Gc[bb, bh, c * chunk : (c + 1) * chunk], G_shared)
-                T.copy(U0[bb, bh, c * chunk : (c + 1) * chunk, bv * block_V : (bv + 1) * block_V], U)
+                # Through shared memory, so that the pipeline loads it ahead as it does the other tiles.
+                T.copy(U0[bb, bh, c * chunk : (c + 1) * chunk, bv * block_V : (bv + 1) * block_V], U0_shared)
                 for i in T.Parallel(chunk):
                     q_decay[i] = scale * T.exp(G_shared[i])
                 for i in T.Parallel(chunk):
@@ -185,6 +187,7 @@ def gdn_recurrence(batch, heads, seq_len, dim_k, dim_v, dtype="float16", scale=N
                 s_decay = T.exp(G_shared[chunk - 1])
 
                 # U = U0 + W·S_0 (W holds the minus sign).
+                T.copy(U0_shared, U)
                 T.gemm(W_shared, S_shared, U, policy=T.GemmWarpPolicy.FullRow)
                 T.copy(U, U_shared)
 
