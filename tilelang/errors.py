@@ -29,14 +29,12 @@ def format_location(filename: str, line: int, col: int = 0, end_col: int = 0) ->
 
     `col`/`end_col` (1-based, end exclusive) place the carets; without them they underline the
     statement. Only the location line when the file cannot be read."""
-    where = f" --> {filename}:{line}" + (f":{col}" if col else "")
     text = linecache.getline(str(filename), int(line)).rstrip()
     if not text.strip():
-        return where
+        return f" --> {filename}:{line}" + (f":{col}" if col else "")
     if not col or col > len(text):
-        col = len(text) - len(text.lstrip()) + 1
-    if not where.endswith(f":{col}"):
-        where = f" --> {filename}:{line}:{col}"
+        col = len(text) - len(text.lstrip()) + 1  # the statement's first character
+    where = f" --> {filename}:{line}:{col}"
     width = (end_col - col) if end_col > col else len(text) - col + 1
     pad = " " * len(str(line))
     return f"{where}\n{pad} |\n{line} | {text}\n{pad} | {' ' * (col - 1)}{'^' * max(1, width)}"

@@ -48,7 +48,7 @@ PRELUDE = """// The host unit's headers, precompiled (tilelang/codegen/host_pch.
 """
 
 _building: dict[str, threading.Thread] = {}
-_early: dict[str, threading.Thread] = {}  # the build `start_early` began, by prelude path
+_early: set[str] = set()  # the preludes whose build `start_early` began (in `_building` too)
 _lock = threading.Lock()
 # How long a host compile waits for the build begun at import (a compile with the header takes ~0.8 s
 # less than one without it).
@@ -157,9 +157,8 @@ def include_flags(compiler: str, flags: list[str]) -> list[str]:
     if not _is_gcc(compiler):
         return []
     prelude = os.path.join(folder(compiler, flags), "prelude.h")
-    early = _early.get(prelude)
-    if early is not None and early.is_alive():
-        early.join(timeout=EARLY_WAIT_S)
+    if prelude in _early:
+        _building[prelude].join(timeout=EARLY_WAIT_S)
     if os.path.exists(prelude + ".gch"):
         return ["-include", prelude]
     with _lock:
@@ -198,7 +197,10 @@ def _build_early() -> None:
         if os.path.exists(prelude + ".gch"):
             return
         with _lock:
-            _early[prelude] = threading.current_thread()
+            if prelude in _building:
+                return
+            _building[prelude] = threading.current_thread()
+            _early.add(prelude)
         build(compiler, flags)
     except Exception as err:  # noqa: BLE001 - a missing toolchain or folder: the compiles go without it
         logger.debug("tilelang: no early precompiled host header: %s", err)

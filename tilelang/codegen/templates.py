@@ -94,7 +94,6 @@ def _pointee(ptr) -> str:
     raise CompilerError(f"codegen: cannot tell the element type a wgmma operand points to: {ptr}")
 
 
-_SETMAXNREG = re.compile(r"tl::setmaxnreg_(inc|dec)<(\d+)>")
 _SETMAXNREG_LINE = re.compile(r"(tl::setmaxnreg_(?:inc|dec)<\d+>\(\);)[^\n]*")
 _SETMAXNREG_SITE = re.compile(r"tl::setmaxnreg_(inc|dec)<(\d+)>(?:\(\);[ \t]*// T\.set_max_nreg at ([^\n]+):(\d+))?")
 
@@ -122,4 +121,4 @@ def setmaxnreg_sites(source: str) -> list:
 
 def setmaxnreg_calls(source: str) -> list:
     """[("inc" | "dec", registers)] of the setmaxnreg calls in generated source, in order."""
-    return [(kind, int(registers)) for kind, registers in _SETMAXNREG.findall(source)]
+    return [(kind, registers) for kind, registers, _ in setmaxnreg_sites(source)]

@@ -103,6 +103,7 @@ def test_a_host_compile_waits_for_the_build_begun_at_import(tmp_path, monkeypatc
         (tmp_path / "prelude.h.gch").write_text("")
 
     early = threading.Thread(target=late_build)
-    monkeypatch.setitem(host_pch._early, prelude, early)
+    monkeypatch.setitem(host_pch._building, prelude, early)
+    monkeypatch.setattr(host_pch, "_early", {prelude})
     early.start()
     assert host_pch.include_flags("g++", ["-O2"]) == ["-include", prelude]
