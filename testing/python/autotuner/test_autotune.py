@@ -170,12 +170,13 @@ class CPUKernel:
 
 
 def cpu_scale(N, unroll=1):
-    """unroll=3 is "miscompiled": it forgets the last element."""
+    """unroll=3 is "miscompiled": its last element is wrong. (Writing 0 there was caught only when the
+    random input's last value was not within the tolerance of 0, about 1 run in 100 failed.)"""
 
     def run(a):
         out = a * 2
         if unroll == 3:
-            out[-1] = 0
+            out[-1] = 7.0  # inputs are U(-1, 1): the right value is within (-2, 2)
         return out
 
     return CPUKernel(N, run)
